@@ -477,15 +477,21 @@ class EvaluationConfig:
     whose label some online client holds (the churn paper's metric). summary.json lists,
     per session transition, the mean accuracy over the ``transition_window`` rounds from
     the transition on.
+
+    ``stop_at_accuracy``: end the run after the first evaluated round whose test accuracy
+    reaches this value (0 = never; for rounds-to-target studies). summary.json then has
+    ``stopped_early: true`` and ``rounds`` counts the rounds run.
     """
 
     every: int = 1
     batch_size: int = 1000
     online_labels: bool = False
     transition_window: int = 10
+    stop_at_accuracy: float = 0.0
 
     def validate(self, path: str) -> None:
         _num(path, "every", self.every, ge=1)
+        _num(path, "stop_at_accuracy", self.stop_at_accuracy, ge=0, le=1)
         _num(path, "batch_size", self.batch_size, ge=1)
         _num(path, "transition_window", self.transition_window, ge=1)
 

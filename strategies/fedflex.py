@@ -393,10 +393,12 @@ class FedFlex(FedAvg):
         on_round: Optional[Callable[[RoundRecord], None]] = None,
         first_round: int = 1,
         after_round: Optional[Callable[[int], None]] = None,
+        stop: Optional[Callable[[RoundRecord], bool]] = None,
     ) -> Result:
         """Run rounds ``first_round..num_rounds``; call ``on_round`` with each round's record
         (also with the records of extra rounds that parts run, ``phase`` != "train") and
-        then ``after_round(round)``.
+        then ``after_round(round)``. ``stop(record)`` returning True ends the run after that
+        round (``after_round`` still runs for it).
 
         ``evaluate_fn(round, arrays)`` returns a MetricRecord with ``test-accuracy`` /
         ``test-loss`` (and optionally ``online-accuracy``) or None when the round is not
@@ -437,5 +439,7 @@ class FedFlex(FedAvg):
                 on_round(record)
             if after_round is not None:  # e.g. a checkpoint: after the round's record is written
                 after_round(server_round)
+            if stop is not None and stop(record):
+                break
         self._grid = None
         return result

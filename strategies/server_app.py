@@ -177,10 +177,22 @@ def run_server(
         recorder = RunRecorder(out_dir, to_yaml(cfg), keep_until=first_round - 1 if resume is not None else None)
     progress = Progress(cfg.rounds, cfg.output.progress, initial=first_round - 1)
     every_k = cfg.output.checkpoint_every
+    target = cfg.evaluation.stop_at_accuracy
+
+    def reached(record) -> bool:
+        return bool(target) and record.test_accuracy is not None and record.test_accuracy >= target
 
     def after_round(server_round: int) -> None:
-        if out_dir is not None and every_k and (server_round % every_k == 0 or server_round == last):
+        final = server_round == last or (strategy.record is not None and reached(strategy.record))
+        if out_dir is not None and every_k and (server_round % every_k == 0 or final):
             save_checkpoint(out_dir, server_round, strategy)
+
+    def stop(record) -> bool:
+        if reached(record):
+            extra["stopped_early"] = True
+            logger.info("Round %d reached test accuracy %.4f >= %.4f: stopping", record.round, record.test_accuracy, target)
+            return True
+        return False
 
     def on_round(record) -> None:
         row = record.to_json()
@@ -206,6 +218,7 @@ def run_server(
             on_round=on_round,
             first_round=first_round,
             after_round=after_round,
+            stop=stop,
         )
         if out_dir is not None:
             np.savez(Path(out_dir) / MODEL_FILE, **strategy.global_arrays)

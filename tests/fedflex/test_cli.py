@@ -1,5 +1,6 @@
 """CLI contract: bad input exits 2 with one line naming the key, and writes nothing."""
 
+import json
 import os
 import subprocess
 import sys
@@ -82,3 +83,25 @@ def test_unknown_option_is_a_usage_error(tmp_path):
     with pytest.raises(SystemExit) as info:
         main(["run", str(QUICKSTART), "--bogus"])
     assert info.value.code == 2
+
+
+def test_stop_at_accuracy_ends_after_the_first_round_that_reaches_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDFLEX_CACHE", str(tmp_path / "cache"))
+    common = [str(QUICKSTART), "simulation.backend=local", "rounds=8", "output.progress=off", "output.plots=false"]
+    assert main(["run", *common, "--out", str(tmp_path / "full")]) == 0
+    full = [json.loads(line) for line in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    accs = [r["test_accuracy"] for r in full]
+    # a target first reached mid-run (the run is seeded, so the stopped run repeats it)
+    first = next(i for i in range(2, 7) if accs[i] > max(accs[:i]))
+    target = accs[first]
+    stopped = tmp_path / "stopped"
+    args = [*common, f"evaluation.stop_at_accuracy={target}", "output.checkpoint_every=100", "--out", str(stopped)]
+    assert main(["run", *args]) == 0
+    rows = [json.loads(line) for line in (stopped / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == list(range(1, first + 2))
+    assert [r["test_accuracy"] for r in rows] == accs[: first + 1]
+    summary = json.loads((stopped / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["stopped_early"] is True
+    assert summary["rounds"] == first + 1
+    assert (stopped / "model.npz").is_file() and (stopped / "checkpoint.pkl").is_file()
+    assert "stopped_early" not in json.loads((tmp_path / "full" / "summary.json").read_text())
