@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from fedflex.config import load_scenario
 from fedflex.data import load_dataset
 from fedflex.models import build_model
-from fedflex.partition import cached_partition
+from fedflex.partition import partition_data
 
 
 def main() -> None:
@@ -26,7 +26,7 @@ def main() -> None:
     cfg = load_scenario(args.scenario, args.overrides)
     t0 = time.perf_counter()
     data = load_dataset(cfg.dataset, cfg.num_clients, cfg.seed)
-    part = cached_partition(cfg.partition, data.train.y.numpy(), cfg.num_clients, data.train.num_classes, cfg.seed)
+    part = partition_data(cfg.partition, data, cfg.num_clients, cfg.seed)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, data.train.input_shape, data.train.num_classes)
     rng = np.random.default_rng(cfg.seed)

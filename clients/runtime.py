@@ -21,7 +21,7 @@ import torch
 from fedflex.config import DatasetConfig, ModelConfig, PartitionConfig
 from fedflex.data import ArrayDataset, FederatedData, load_dataset
 from fedflex.models import build_model
-from fedflex.partition import Partition, cached_partition
+from fedflex.partition import Partition, partition_data
 
 logger = logging.getLogger(__name__)
 
@@ -78,14 +78,7 @@ def get_task(task_json: str, data_path: Optional[str] = None) -> Task:
     set_threads(int(spec.get("num_threads", 0)))
     device = resolve_device(spec.get("device", "auto"))
     data = load_dataset(dataset_cfg, num_clients, seed)
-    partition = cached_partition(
-        partition_cfg,
-        data.train.y.numpy(),
-        num_clients,
-        data.train.num_classes,
-        seed,
-        natural=data.natural_partition,
-    )
+    partition = partition_data(partition_cfg, data, num_clients, seed)
     torch.manual_seed(seed)
     model = build_model(model_cfg, data.train.input_shape, data.train.num_classes).to(device)
     logger.info("worker %d loaded task: %s on %s", os.getpid(), dataset_cfg.name, device)

@@ -132,6 +132,11 @@ class PartitionConfig:
       ``label_groups[i mod len(label_groups)]``, each label's examples cut evenly over
       the clients that hold it (BHerd's Case 2 with 5 clients:
       ``[[0,5],[1,6],[2,7],[3,8],[4,9]]``).
+
+    ``labels``: split on the labels the model learns (``mapped``: after
+    ``dataset.label_map``) or on the dataset's own labels (``source``; e.g. BHerd's
+    Case 2 for the even/odd SVM, where ``label_groups`` name digits). Label counts,
+    entropies and online-label accuracy always use the mapped labels.
     """
 
     scheme: str = "natural"
@@ -143,9 +148,11 @@ class PartitionConfig:
     overlap: float = 0.0
     num_label_sets: int = 6
     label_groups: list[list[int]] = field(default_factory=list)
+    labels: str = "mapped"
 
     def validate(self, path: str) -> None:
         _choice(path, "scheme", self.scheme, PARTITIONS)
+        _choice(path, "labels", self.labels, ("mapped", "source"))
         if self.scheme == "label-groups" and not any(self.label_groups):
             raise ConfigError(_join(path, "label_groups"), self.label_groups, "label-groups needs a list of label lists")
         for g, group in enumerate(self.label_groups):

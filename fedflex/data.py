@@ -241,11 +241,15 @@ class FederatedData:
     natural_partition
         Per-client indices into ``train`` when the dataset comes split by client
         (``synthetic``), else ``None``.
+    source
+        When ``dataset.label_map`` changed the labels: the training set with the
+        dataset's own labels (same inputs), for ``partition.labels: source``.
     """
 
     train: ArrayDataset
     test: ArrayDataset
     natural_partition: Optional[list[np.ndarray]] = None
+    source: Optional[ArrayDataset] = None
 
 
 # ---------------------------------------------------------------------------- roots
@@ -556,7 +560,9 @@ def apply_label_map(data: FederatedData, label_map: str) -> FederatedData:
         def mapped(part: ArrayDataset) -> ArrayDataset:
             return ArrayDataset(part.x, torch.remainder(part.y, 2), 2, part.mean, part.std)
 
-        return FederatedData(train=mapped(data.train), test=mapped(data.test), natural_partition=data.natural_partition)
+        return FederatedData(
+            train=mapped(data.train), test=mapped(data.test), natural_partition=data.natural_partition, source=data.train
+        )
     raise ConfigError("dataset.label_map", label_map, "must be one of none, even-odd")
 
 

@@ -316,6 +316,30 @@ def partition_key(
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+def partition_data(
+    cfg: PartitionConfig, data, num_clients: int, seed: int, cache_dir: Optional[Path] = None
+) -> Partition:
+    """The scenario's partition of ``data.train`` (a :class:`fedflex.data.FederatedData`),
+    through :func:`cached_partition`.
+
+    ``cfg.labels == "source"`` splits on the dataset's own labels (``data.source``, present
+    when a label map changed them) and then counts the mapped labels, so that the label
+    counts describe what the model learns.
+    """
+    train = data.train
+    if cfg.labels == "source" and getattr(data, "source", None) is not None:
+        source = data.source
+        part = cached_partition(
+            cfg, source.y.numpy(), num_clients, source.num_classes, seed, natural=data.natural_partition, cache_dir=cache_dir
+        )
+        y = train.y.numpy()
+        counts = np.stack([np.bincount(y[ix], minlength=train.num_classes) for ix in part.indices])
+        return Partition(indices=part.indices, label_counts=counts)
+    return cached_partition(
+        cfg, train.y.numpy(), num_clients, train.num_classes, seed, natural=data.natural_partition, cache_dir=cache_dir
+    )
+
+
 def cached_partition(
     cfg: PartitionConfig,
     labels: np.ndarray,

@@ -10,12 +10,13 @@ many did) with the final accuracy; the table is also written to ``<out>/summary.
 
 Methods: FedAvg, GraB-FedAvg and BHerd-FedAvg for every ``--alphas``; with
 ``--extensions`` also FedNova, BHerd-FedNova, SCAFFOLD and BHerd-SCAFFOLD (alpha 0.5;
-the paper's Figure 2b). Cases: 1 = IID; 2 = every client holds one label group (CNN:
-{0,5}, {1,6}, {2,7}, {3,8}, {4,9}; SVM on even/odd labels: clients 0, 2, 4 the even
-ones, 1, 3 the odd ones; see docs/bherd.md).
+the paper's Figure 2b). Cases: 1 = IID; 2 = every client holds two digits {0,5}, {1,6},
+{2,7}, {3,8}, {4,9} (the SVM splits on the digits, then maps them to even/odd); 2b (SVM
+only) = every client holds one binary class: clients 0, 2, 4 the even digits, 1, 3 the
+odd ones. See docs/bherd.md.
 
     python scripts/reproduce_bherd.py --out runs/repro-bherd [--rounds 200] [--seeds 0 1 2]
-        [--cases 1 2] [--models svm cnn] [--alphas 0.1 0.3 0.5 0.7 1.0] [--target 0.95]
+        [--cases 1 2 2b] [--models svm cnn] [--alphas 0.1 0.3 0.5 0.7 1.0] [--target 0.95]
         [--dataset fmnist|mnist] [--extensions] [--jobs 1] [extra.key=value ...]
 
 Finished runs (a summary.json in their directory) are reused, so an interrupted
@@ -38,11 +39,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 MODELS = ("svm", "cnn")
+DIGIT_GROUPS = "partition.label_groups=[[0,5],[1,6],[2,7],[3,8],[4,9]]"
+#: (model, case) -> partition overrides. Case 2 (the spec's): each client holds two digits
+#: {0,5}, {1,6}, ...; the SVM partitions on the digits before the even/odd map, so each of
+#: its clients holds one even and one odd digit. Case 2b (SVM only): every client holds a
+#: single binary class (clients 0, 2, 4 even, 1, 3 odd), a harsher skew.
 CASES = {
-    ("svm", 1): ["partition.scheme=iid"],
-    ("cnn", 1): ["partition.scheme=iid"],
-    ("svm", 2): ["partition.scheme=label-groups", "partition.label_groups=[[0],[1]]"],
-    ("cnn", 2): ["partition.scheme=label-groups", "partition.label_groups=[[0,5],[1,6],[2,7],[3,8],[4,9]]"],
+    ("svm", "1"): ["partition.scheme=iid"],
+    ("cnn", "1"): ["partition.scheme=iid"],
+    ("svm", "2"): ["partition.scheme=label-groups", DIGIT_GROUPS, "partition.labels=source"],
+    ("cnn", "2"): ["partition.scheme=label-groups", DIGIT_GROUPS],
+    ("svm", "2b"): ["partition.scheme=label-groups", "partition.label_groups=[[0],[1]]"],
 }
 #: default --target per (dataset, model): within reach in ~100 rounds, above the first rounds
 TARGETS = {("fmnist", "svm"): 0.95, ("fmnist", "cnn"): 0.85, ("mnist", "svm"): 0.88, ("mnist", "cnn"): 0.97}
@@ -135,7 +142,8 @@ def main() -> None:
     parser.add_argument("--out", default="runs/repro-bherd")
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--cases", type=int, nargs="+", default=[1, 2], choices=[1, 2])
+    parser.add_argument("--cases", nargs="+", default=["1", "2"], choices=sorted({c for _, c in CASES}),
+                        help="1 IID, 2 two digits per client, 2b (SVM only) one binary class per client")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.1, 0.3, 0.5, 0.7, 1.0])
     parser.add_argument("--target", type=float, default=None,
@@ -149,7 +157,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     todo = methods(args.alphas, args.extensions)
-    grid = list(itertools.product(args.cases, args.models, todo, args.seeds))
+    pairs = [(c, m) for c, m in itertools.product(args.cases, args.models) if (m, c) in CASES]
+    grid = [(c, m, method, seed) for c, m in pairs for method in todo for seed in args.seeds]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {}
         for case, model, method, seed in grid:
@@ -160,7 +169,7 @@ def main() -> None:
             futures[(case, model, method, seed)] = pool.submit(run_one, scenario, d, ov)
         dirs = {k: f.result() for k, f in futures.items()}
     lines = [f"# BHerd reproduction ({args.dataset}, {args.rounds} rounds, seeds {args.seeds})", ""]
-    for case, model in itertools.product(args.cases, args.models):
+    for case, model in pairs:
         per_method = {}
         target = args.target if args.target is not None else TARGETS[(args.dataset, model)]
         lines += [f"## Case {case}, {model}: rounds to {target:.0%} test accuracy", "",

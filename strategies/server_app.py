@@ -34,7 +34,7 @@ from fedflex.config import ScenarioConfig, load_scenario, to_yaml
 from fedflex.data import FederatedData, load_dataset
 from fedflex.evaluation import evaluate
 from fedflex.models import build_model, output_bias_key
-from fedflex.partition import cached_partition
+from fedflex.partition import partition_data
 from fedflex.progress import Progress
 from fedflex.results import RunRecorder, default_out_dir, summarize, transition_summary
 from strategies.build import ModelInfo, build_strategy
@@ -138,10 +138,7 @@ def run_server(
         grid.pull_interval = min(getattr(grid, "pull_interval", 0.1), 0.005)
     if data is None:
         data = load_dataset(cfg.dataset, cfg.num_clients, cfg.seed)
-    partition = cached_partition(
-        cfg.partition, data.train.y.numpy(), cfg.num_clients, data.train.num_classes, cfg.seed,
-        natural=data.natural_partition,
-    )
+    partition = partition_data(cfg.partition, data, cfg.num_clients, cfg.seed)
     availability = make_availability(cfg.churn, cfg.num_clients, cfg.seed, partition.client_labels)
     model = initial_model(cfg, data.train.input_shape, data.train.num_classes)
     info = ModelInfo(

@@ -14,7 +14,7 @@ from fedflex.data import ArrayDataset, FederatedData, apply_label_map
 from fedflex.evaluation import evaluate
 from fedflex.losses import LOSSES, get_loss, squared_hinge
 from fedflex.models import build_model
-from fedflex.partition import label_group_partition, make_partition
+from fedflex.partition import label_group_partition, make_partition, partition_data
 
 
 def test_registry_holds_exactly_the_config_loss_names():
@@ -108,3 +108,19 @@ def test_label_groups_repeat_over_clients_and_split_evenly():
 def test_label_groups_need_groups_at_load():
     with pytest.raises(ConfigError, match="label_groups"):
         load_scenario(None, ["partition.scheme=label-groups"])
+
+
+def test_partition_on_source_labels_splits_digits_and_counts_the_mapped_labels(tmp_path):
+    # digits 0..3, 3 examples each, mapped to even/odd; groups {0,1} and {2,3} by digit give
+    # each client one even and one odd digit: 3 + 3 examples, mapped counts (3, 3)
+    y = torch.arange(4).repeat_interleave(3)
+    data = apply_label_map(FederatedData(train=ArrayDataset(torch.zeros(12, 1), y, 4), test=ArrayDataset(torch.zeros(2, 1), y[:2], 4)), "even-odd")
+    cfg = PartitionConfig(scheme="label-groups", label_groups=[[0, 1], [2, 3]], labels="source")
+    part = partition_data(cfg, data, 2, seed=0, cache_dir=tmp_path)
+    assert [ix.tolist() for ix in part.indices] == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11]]
+    assert part.label_counts.tolist() == [[3, 3], [3, 3]]
+    # on the mapped labels the same groups name classes 0 / 1 and digit 2 / 3 do not exist
+    mapped = partition_data(PartitionConfig(scheme="label-groups", label_groups=[[0], [1]]), data, 2, seed=0, cache_dir=tmp_path)
+    assert mapped.label_counts.tolist() == [[6, 0], [0, 6]]
+    with pytest.raises(ConfigError, match="partition.labels"):
+        load_scenario(None, ["partition.labels=digits"])
