@@ -9,7 +9,7 @@ no numbers: compare the ordering, not the digits.
 
     python scripts/reproduce_fedaware.py [--scenario scenarios/fedaware_fmnist.yaml]
         [--rounds 200] [--seeds 3] [--methods fedavg fedaware ...] [--out runs/fedaware-repro]
-        [--set key=value ...]
+        [--set key=value ...] [--report-only]
 
 Server learning rates (FMNIST; see docs/fedaware.md, "Reproduction"): FedAvg, FedProx,
 FedAWARE and FedAvgM use eta_g = 1 as in the paper; FedAvgM's momentum is 0.7, the
@@ -63,6 +63,11 @@ def _skipped(run_dir: Path) -> int:
     return int(json.loads((run_dir / "summary.json").read_text()).get("skipped_rounds", 0))
 
 
+def _completed(run_dir: Path) -> bool:
+    summary = run_dir / "summary.json"
+    return summary.is_file() and json.loads(summary.read_text()).get("status") == "completed"
+
+
 def run_one(scenario: str, method: str, seed: int, rounds: int, out: Path, extra: list[str], retries: int = 1) -> Path:
     """One run (kept when its summary says completed); its results directory.
 
@@ -70,8 +75,7 @@ def run_one(scenario: str, method: str, seed: int, rounds: int, out: Path, extra
     simulation's nodes were not up yet: such a run is started again up to ``retries`` times.
     """
     run_dir = out / method / f"seed{seed}"
-    summary = run_dir / "summary.json"
-    if summary.is_file() and json.loads(summary.read_text()).get("status") == "completed":
+    if _completed(run_dir):
         if not _skipped(run_dir) or retries <= 0:
             print(f"  {method} seed {seed}: done before, kept", flush=True)
             return run_dir
@@ -113,7 +117,9 @@ def mean_std(values: list[Optional[float]]) -> str:
     if not vals:
         return "-"
     m = sum(vals) / len(vals)
-    s = math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else 0.0
+    if len(vals) == 1:  # no spread from one seed
+        return f"{m:.2f}"
+    s = math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
     return f"{m:.2f} ± {s:.2f}"
 
 
@@ -125,25 +131,31 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=DEFAULT_METHODS, choices=list(METHODS))
     parser.add_argument("--out", default="runs/fedaware-repro")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every run")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: tabulate the completed runs in --out (a method may have fewer seeds)")
     args = parser.parse_args()
     out = Path(args.out).resolve()
     print(f"{len(args.methods)} methods x {args.seeds} seeds, {args.rounds} rounds -> {out}", flush=True)
     table = {}
     for method in args.methods:
-        figures = [run_figures(run_one(args.scenario, method, s, args.rounds, out, args.set), args.rounds) for s in range(args.seeds)]
-        table[method] = figures
+        if args.report_only:
+            dirs = [out / method / f"seed{s}" for s in range(args.seeds)]
+            dirs = [d for d in dirs if _completed(d)]
+        else:
+            dirs = [run_one(args.scenario, method, s, args.rounds, out, args.set) for s in range(args.seeds)]
+        table[method] = [run_figures(d, args.rounds) for d in dirs]
     last = max(1, math.ceil(0.1 * args.rounds))
     lines = [
         f"Scenario `{args.scenario}`, {args.rounds} rounds, seeds 0..{args.seeds - 1}; accuracy: mean test "
         f"accuracy (%) over the last {last} round(s); mean ± std over seeds.",
         "",
-        "| method | accuracy % | e-LUDD | paper CIFAR-10 acc % | paper CIFAR-10 e-LUDD |",
-        "|---|---|---|---|---|",
+        "| method | accuracy % | e-LUDD | seeds | paper CIFAR-10 acc % | paper CIFAR-10 e-LUDD |",
+        "|---|---|---|---|---|---|",
     ]
     for method, figures in table.items():
         _, paper_acc, paper_lud = METHODS[method]
         lines.append(
-            f"| {method} | {mean_std([a for a, _ in figures])} | {mean_std([e for _, e in figures])} | "
+            f"| {method} | {mean_std([a for a, _ in figures])} | {mean_std([e for _, e in figures])} | {len(figures)} | "
             f"{paper_acc if paper_acc is not None else '-'} | {paper_lud if paper_lud is not None else '-'} |"
         )
     text = "\n".join(lines) + "\n"
