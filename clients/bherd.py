@@ -17,7 +17,9 @@ training device in ``bherd_dtype``. After the last step:
    K = C C^T: ||s + c_l||^2 = ||s||^2 + 2 r_l + K_ll with r = the sum of the rows of K
    already selected (:func:`centered_gram`, :func:`herd_select`);
 3. upload g = sum of the ORIGINAL (uncentred) z_l of the selected steps (record
-   ``herd-g``), with tau, k, k / tau and ||g / k - mean(z)|| in the metrics.
+   ``herd-g``), with tau, k, k / tau, ||g / k - mean(z)|| and ||mean(z)|| in the metrics.
+   Their ratio is how far the herded step (g / alpha ~ tau g / k) is from FedAvg's
+   (tau mean(z)), relative to FedAvg's.
 
 k = ``herd_k(alpha, tau)`` = floor(alpha * tau + 1/2) (round half up, not Python's
 banker's rounding), at least 1 and at most tau: alpha = 0.5, tau = 120 -> 60;
@@ -376,7 +378,10 @@ def bherd_rule(inp: RuleInput) -> RuleOutput:
     extras = {keys.HERD_G: unflatten(g, named)}
     if variates is not None:
         extras[keys.SCAFFOLD_DC] = scaffold_finish(inp, variates, x, named, tau)
-    metrics = {keys.HERD_TAU: tau, keys.HERD_K: k, keys.HERD_ALPHA_I: k / tau if tau else 0.0, keys.HERD_DISTANCE: distance}
+    metrics = {
+        keys.HERD_TAU: tau, keys.HERD_K: k, keys.HERD_ALPHA_I: k / tau if tau else 0.0,
+        keys.HERD_DISTANCE: distance, keys.HERD_MEAN_NORM: float(torch.linalg.vector_norm(mean)),
+    }
     return RuleOutput(result, extras=extras, metrics=metrics)
 
 
@@ -396,5 +401,8 @@ def grab_rule(inp: RuleInput) -> RuleOutput:
     result = train_recording(inp, batches, on_gradient)
     tau, k = result.num_steps, balancer.selected
     distance = float(torch.linalg.vector_norm(balancer.g / k - total / tau)) if k else math.nan
-    metrics = {keys.HERD_TAU: tau, keys.HERD_K: k, keys.HERD_ALPHA_I: balancer.alpha, keys.HERD_DISTANCE: distance}
+    metrics = {
+        keys.HERD_TAU: tau, keys.HERD_K: k, keys.HERD_ALPHA_I: balancer.alpha,
+        keys.HERD_DISTANCE: distance, keys.HERD_MEAN_NORM: float(torch.linalg.vector_norm(total / tau)) if tau else math.nan,
+    }
     return RuleOutput(result, extras={keys.HERD_G: unflatten(balancer.g, named)}, metrics=metrics)

@@ -44,6 +44,7 @@ HERD_TAU = "herd-tau"  # BHerd / GraB: local steps tau_i
 HERD_K = "herd-k"  # BHerd / GraB: selected steps k_i
 HERD_ALPHA_I = "herd-alpha-i"  # k_i / tau_i (GraB's alpha_i)
 HERD_DISTANCE = "herd-distance"  # ||g_i / k_i - mean_l z_l|| (the paper's Fig. 4d, k_i = alpha tau_i)
+HERD_MEAN_NORM = "herd-mean-norm"  # ||mean_l z_l||: distance / mean norm = how far the herded step is from FedAvg's
 FEDNOVA_TAU = "fednova-tau"  # FedNova: local steps tau_i
 FEDNOVA_A_NORM = "fednova-a-norm"  # FedNova: ||a_i||_1 (tau_i for plain SGD)
 

@@ -148,6 +148,7 @@ class BHerdAggregator(Aggregator):
             **figures,
             "herd_k": [int(k) for k in metric(keys.HERD_K)],
             "herd_distance": [float(u.metrics.get(keys.HERD_DISTANCE, float("nan"))) for u in updates],
+            "herd_mean_norm": [float(u.metrics.get(keys.HERD_MEAN_NORM, float("nan"))) for u in updates],
         }
         return gradient_step(global_arrays, grads, self.server_lr * coefs, others)
 

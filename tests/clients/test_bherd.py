@@ -164,6 +164,19 @@ def test_bherd_rule_alpha_one_uploads_the_whole_sgd_displacement():
     assert (out.metrics[keys.HERD_TAU], out.metrics[keys.HERD_K]) == (3, 3)
 
 
+def test_bherd_rule_reports_the_mean_gradient_norm_from_the_sgd_displacement():
+    # With plain SGD the tau steps move the model by lr * sum(z), so the mean gradient
+    # is (before - after) / (lr * tau): its norm, worked out from the weights alone, is
+    # what the client reports; at alpha = 1 the herded mean is that mean (distance 0).
+    model, data = _tiny()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    out = bherd_rule(_input(model, data, {keys.BHERD_ALPHA: 1.0}, batch_size=2, lr=0.1, rule="bherd"))
+    moved = torch.cat([(before[k] - p).flatten() for k, p in model.state_dict().items()])
+    expected = float(torch.linalg.vector_norm(moved)) / (0.1 * 3)
+    assert out.metrics[keys.HERD_MEAN_NORM] == pytest.approx(expected, rel=1e-5)
+    assert out.metrics[keys.HERD_DISTANCE] == pytest.approx(0.0, abs=1e-6)
+
+
 def test_bherd_rule_half_selects_round_half_of_the_steps():
     model, data = _tiny(10)
     out = bherd_rule(_input(model, data, {keys.BHERD_ALPHA: 0.5}, batch_size=2, lr=0.1, rule="bherd"))
@@ -247,6 +260,7 @@ def test_herding_figures_reach_metrics_jsonl(tmp_path):
     _final([*BHERD, "strategy.local_rule.bherd_alpha=0.5"], tmp_path / "out")
     rows = read_metrics(tmp_path / "out")
     assert all(r["herd_alpha_t"] == 0.5 and len(r["herd_distance"]) == 4 for r in rows)
+    assert all(len(r["herd_mean_norm"]) == 4 and min(r["herd_mean_norm"]) > 0 for r in rows)
 
 
 def test_grab_reports_the_weighted_share_it_divides_by(tmp_path):
