@@ -16,7 +16,11 @@ completed there are reused, so an interrupted reproduction can be resumed.
 
     python scripts/reproduce_hics.py                      # 4 samplers x 3 seeds x 200 rounds (hours)
     python scripts/reproduce_hics.py --rounds 3 --seeds 1 # smoke test
-    python scripts/reproduce_hics.py --samplers hics random --seeds 5 client.momentum=0.9
+    python scripts/reproduce_hics.py --samplers hics random --seeds 5 --set client.momentum=0.9
+
+A second table gives the rounds to the lower accuracies of ``--also`` (default 60, 65,
+70%) from the same runs, and the mean true label entropy of the clients each sampler
+picked after the warm-up (what HiCS-FL means to favour: higher is more balanced).
 """
 
 from __future__ import annotations
@@ -73,6 +77,22 @@ def run_one(out: Path, sampler: str, seed: int, rounds: int, scenario: Path, ext
     return run_dir
 
 
+def sampled_label_entropy(run_dir: Path, rows: list[dict]) -> Optional[float]:
+    """Mean true label entropy (nats) of the clients a run sampled after the warm-up
+    rounds (ceil(N / K)): what the sampler actually favoured, from the run's own
+    partition (cached on disk, so this is cheap)."""
+    from fedflex.config import load_scenario
+    from fedflex.data import load_dataset
+    from fedflex.partition import partition_data
+
+    cfg = load_scenario(run_dir / "config.yaml")
+    data = load_dataset(cfg.dataset, cfg.num_clients, cfg.seed)
+    entropies = partition_data(cfg.partition, data, cfg.num_clients, cfg.seed).entropies()
+    warmup = -(-cfg.num_clients // cfg.strategy.sampler.clients_per_round)
+    picked = [c for r in rows if r["round"] > warmup for c in r.get("sampled", [])]
+    return float(statistics.fmean(entropies[c] for c in picked)) if picked else None
+
+
 def summarize(hits: list[Optional[int]], rounds: int) -> dict:
     """Median and min-max of rounds-to-target over seeds; misses count as infinite."""
     values = [h if h is not None else float("inf") for h in hits]
@@ -102,8 +122,13 @@ def main() -> None:
     parser.add_argument("--scenario", type=Path, default=SCENARIO)
     parser.add_argument("--full-runs", action="store_true",
                         help="run every round (default: a run stops once it reaches --target)")
+    parser.add_argument("--also", type=float, nargs="*", default=[0.6, 0.65, 0.7],
+                        help="lower accuracies also tabulated (rounds to reach them, from the same runs)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="extra fedflex overrides (same as the positional ones, safe after --samplers)")
     parser.add_argument("overrides", nargs="*", help="extra fedflex overrides, e.g. client.momentum=0.9")
     args = parser.parse_args()
+    args.overrides = [*args.overrides, *args.set]
     out = args.out or ROOT / "runs" / f"reproduce-hics-{datetime.now():%Y%m%d-%H%M%S}"
     out.mkdir(parents=True, exist_ok=True)
 
@@ -113,14 +138,21 @@ def main() -> None:
     results = {}
     for sampler in args.samplers:
         print(f"{sampler}:", flush=True)
-        hits, finals = [], []
+        hits, finals, lower, entropy = [], [], {t: [] for t in args.also}, []
         for seed in range(args.seeds):
-            rows = read_metrics(run_one(out, sampler, seed, args.rounds, args.scenario, extra))
-            rows = [r for r in rows if r.get("phase", "train") == "train"]
+            run_dir = run_one(out, sampler, seed, args.rounds, args.scenario, extra)
+            rows = [r for r in read_metrics(run_dir) if r.get("phase", "train") == "train"]
             hits.append(rounds_to_accuracy(rows, args.target))
+            for t in args.also:
+                lower[t].append(rounds_to_accuracy(rows, t))
             accs = [r["test_accuracy"] for r in rows if r.get("test_accuracy") is not None]
             finals.append(accs[-1] if accs else None)
-        results[sampler] = {**summarize(hits, args.rounds), "final_accuracy": finals, "paper": PAPER[sampler]}
+            entropy.append(sampled_label_entropy(run_dir, rows))
+        results[sampler] = {
+            **summarize(hits, args.rounds), "final_accuracy": finals, "paper": PAPER[sampler],
+            "lower_targets": {f"{t:g}": summarize(h, args.rounds) for t, h in lower.items()},
+            "sampled_label_entropy": entropy,
+        }
 
     pct = f"{args.target:.0%}"
     header = (
@@ -138,6 +170,20 @@ def main() -> None:
             f"| {r['paper']} | {finals} |"
         )
     table = header + "\n".join(lines) + "\n"
+    if args.also:
+        table += (
+            "\n| sampler | " + " | ".join(f"rounds to {t:.0%}: median (min-max)" for t in args.also)
+            + " | true label entropy of the clients sampled after warm-up (mean, per seed) |\n"
+            + "|---|" + "---|" * (len(args.also) + 1) + "\n"
+        )
+        for sampler, r in results.items():
+            cells = []
+            for t in args.also:
+                low = r["lower_targets"][f"{t:g}"]
+                lo, hi = fmt(low["min"], args.rounds), fmt(low["max"], args.rounds)
+                cells.append(f"{fmt(low['median'], args.rounds)}" + ("" if lo == hi else f" ({lo} to {hi})"))
+            ent = ", ".join("-" if e is None else f"{e:.2f}" for e in r["sampled_label_entropy"])
+            table += f"| {sampler} | " + " | ".join(cells) + f" | {ent} |\n"
     note = (
         f"\nScenario {args.scenario.name}, {args.rounds} rounds, seeds 0..{args.seeds - 1}"
         + (f", overrides: {' '.join(args.overrides)}" if args.overrides else "")
