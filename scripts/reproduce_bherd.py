@@ -173,15 +173,17 @@ def main() -> None:
         per_method = {}
         target = args.target if args.target is not None else TARGETS[(args.dataset, model)]
         lines += [f"## Case {case}, {model}: rounds to {target:.0%} test accuracy", "",
-                  "| method | rounds to target (mean) | seeds reaching it | final accuracy | final loss |",
-                  "|---|---|---|---|---|"]
+                  "| method | rounds to target (mean) | per seed | seeds reaching it | final accuracy | final loss |",
+                  "|---|---|---|---|---|---|"]
         for method in todo:
             c = curves([dirs[(case, model, method, s)] for s in args.seeds])
             per_method[method] = {k: mean_curve(v) for k, v in c.items()}
-            reached = [r for r in (rounds_to(acc, target) for acc in c["test_accuracy"]) if r is not None]
+            hits = [rounds_to(acc, target) for acc in c["test_accuracy"]]
+            reached = [r for r in hits if r is not None]
             mean_r = f"{statistics.fmean(reached):.1f}" if reached else "-"
+            per_seed = ", ".join("-" if r is None else str(r) for r in hits)
             final = per_method[method]
-            lines.append(f"| {method} | {mean_r} | {len(reached)}/{len(args.seeds)} | "
+            lines.append(f"| {method} | {mean_r} | {per_seed} | {len(reached)}/{len(args.seeds)} | "
                          f"{final['test_accuracy'][-1]:.4f} | {final['test_loss'][-1]:.4f} |")
         lines.append("")
         png = out / f"bherd-{args.dataset}-case{case}-{model}.png"
