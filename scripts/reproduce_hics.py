@@ -138,7 +138,7 @@ def main() -> None:
     results = {}
     for sampler in args.samplers:
         print(f"{sampler}:", flush=True)
-        hits, finals, lower, entropy = [], [], {t: [] for t in args.also}, []
+        hits, finals, lower, entropy, second_half = [], [], {t: [] for t in args.also}, [], []
         for seed in range(args.seeds):
             run_dir = run_one(out, sampler, seed, args.rounds, args.scenario, extra)
             rows = [r for r in read_metrics(run_dir) if r.get("phase", "train") == "train"]
@@ -148,10 +148,13 @@ def main() -> None:
             accs = [r["test_accuracy"] for r in rows if r.get("test_accuracy") is not None]
             finals.append(accs[-1] if accs else None)
             entropy.append(sampled_label_entropy(run_dir, rows))
+            half = [r["test_accuracy"] for r in rows if r["round"] > args.rounds // 2 and r.get("test_accuracy") is not None]
+            # only runs that ran every round: a run stopped at the target has no second half
+            second_half.append(statistics.fmean(half) if len(rows) == args.rounds and half else None)
         results[sampler] = {
             **summarize(hits, args.rounds), "final_accuracy": finals, "paper": PAPER[sampler],
             "lower_targets": {f"{t:g}": summarize(h, args.rounds) for t, h in lower.items()},
-            "sampled_label_entropy": entropy,
+            "sampled_label_entropy": entropy, "second_half_accuracy": second_half,
         }
 
     pct = f"{args.target:.0%}"
@@ -173,8 +176,9 @@ def main() -> None:
     if args.also:
         table += (
             "\n| sampler | " + " | ".join(f"rounds to {t:.0%}: median (min-max)" for t in args.also)
+            + f" | mean accuracy, rounds {args.rounds // 2 + 1}-{args.rounds} (per seed; - = stopped at the target)"
             + " | true label entropy of the clients sampled after warm-up (mean, per seed) |\n"
-            + "|---|" + "---|" * (len(args.also) + 1) + "\n"
+            + "|---|" + "---|" * (len(args.also) + 2) + "\n"
         )
         for sampler, r in results.items():
             cells = []
@@ -183,7 +187,8 @@ def main() -> None:
                 lo, hi = fmt(low["min"], args.rounds), fmt(low["max"], args.rounds)
                 cells.append(f"{fmt(low['median'], args.rounds)}" + ("" if lo == hi else f" ({lo} to {hi})"))
             ent = ", ".join("-" if e is None else f"{e:.2f}" for e in r["sampled_label_entropy"])
-            table += f"| {sampler} | " + " | ".join(cells) + f" | {ent} |\n"
+            half = ", ".join("-" if a is None else f"{a:.3f}" for a in r["second_half_accuracy"])
+            table += f"| {sampler} | " + " | ".join(cells) + f" | {half} | {ent} |\n"
     note = (
         f"\nScenario {args.scenario.name}, {args.rounds} rounds, seeds 0..{args.seeds - 1}"
         + (f", overrides: {' '.join(args.overrides)}" if args.overrides else "")
