@@ -133,8 +133,8 @@ class BHerdAggregator(Aggregator):
                 raise ValueError(f"bherd: client {u.client} sent no {keys.HERD_G} record (local rule bherd or grab needed)")
             grads.append(g)
 
-        def metric(name: str) -> np.ndarray:
-            return np.array([float(u.metrics.get(name, 0.0)) for u in updates])
+        def metric(name: str, default: float = 0.0) -> np.ndarray:
+            return np.array([float(u.metrics.get(name, default)) for u in updates])
 
         weights = np.array([u.num_examples if self.weighted else 1.0 for u in updates], dtype=np.float64)
         coefs, figures = bherd_coefficients(
@@ -147,8 +147,8 @@ class BHerdAggregator(Aggregator):
         self._figures = {
             **figures,
             "herd_k": [int(k) for k in metric(keys.HERD_K)],
-            "herd_distance": [float(u.metrics.get(keys.HERD_DISTANCE, float("nan"))) for u in updates],
-            "herd_mean_norm": [float(u.metrics.get(keys.HERD_MEAN_NORM, float("nan"))) for u in updates],
+            "herd_distance": metric(keys.HERD_DISTANCE, np.nan).tolist(),
+            "herd_mean_norm": metric(keys.HERD_MEAN_NORM, np.nan).tolist(),
         }
         return gradient_step(global_arrays, grads, self.server_lr * coefs, others)
 
