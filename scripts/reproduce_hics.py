@@ -77,10 +77,9 @@ def run_one(out: Path, sampler: str, seed: int, rounds: int, scenario: Path, ext
     return run_dir
 
 
-def sampled_label_entropy(run_dir: Path, rows: list[dict]) -> Optional[float]:
-    """Mean true label entropy (nats) of the clients a run sampled after the warm-up
-    rounds (ceil(N / K)): what the sampler actually favoured, from the run's own
-    partition (cached on disk, so this is cheap)."""
+def true_entropies(run_dir: Path) -> tuple[list[float], int]:
+    """The true label entropy (nats) of every client of a run, from the run's own
+    partition (cached on disk, so this is cheap), and its warm-up length ceil(N / K)."""
     from fedflex.config import load_scenario
     from fedflex.data import load_dataset
     from fedflex.partition import partition_data
@@ -88,9 +87,29 @@ def sampled_label_entropy(run_dir: Path, rows: list[dict]) -> Optional[float]:
     cfg = load_scenario(run_dir / "config.yaml")
     data = load_dataset(cfg.dataset, cfg.num_clients, cfg.seed)
     entropies = partition_data(cfg.partition, data, cfg.num_clients, cfg.seed).entropies()
-    warmup = -(-cfg.num_clients // cfg.strategy.sampler.clients_per_round)
+    return list(entropies), -(-cfg.num_clients // cfg.strategy.sampler.clients_per_round)
+
+
+def sampled_label_entropy(entropies: list[float], warmup: int, rows: list[dict]) -> Optional[float]:
+    """Mean true label entropy of the clients a run sampled after the warm-up: what the
+    sampler actually favoured."""
     picked = [c for r in rows if r["round"] > warmup for c in r.get("sampled", [])]
     return float(statistics.fmean(entropies[c] for c in picked)) if picked else None
+
+
+def estimate_quality(entropies: list[float], warmup: int, rows: list[dict]) -> Optional[tuple[float, float]]:
+    """How well HiCS-FL's estimates track the true label entropy: Spearman correlation
+    between each estimate a client got (``hics_entropy`` in metrics.jsonl) and its true
+    entropy, over the warm-up rounds and over the rounds after (None for other samplers)."""
+    from scipy.stats import spearmanr
+
+    def rho(rs: list[dict]) -> float:
+        pairs = [(h, entropies[int(c)]) for r in rs for c, h in r.get("hics_entropy", {}).items()]
+        return float(spearmanr(*zip(*pairs)).statistic) if len(pairs) > 2 else float("nan")
+
+    if not any("hics_entropy" in r for r in rows):
+        return None
+    return rho([r for r in rows if r["round"] <= warmup]), rho([r for r in rows if r["round"] > warmup])
 
 
 def summarize(hits: list[Optional[int]], rounds: int) -> dict:
@@ -138,7 +157,7 @@ def main() -> None:
     results = {}
     for sampler in args.samplers:
         print(f"{sampler}:", flush=True)
-        hits, finals, lower, entropy, second_half = [], [], {t: [] for t in args.also}, [], []
+        hits, finals, lower, entropy, second_half, quality = [], [], {t: [] for t in args.also}, [], [], []
         for seed in range(args.seeds):
             run_dir = run_one(out, sampler, seed, args.rounds, args.scenario, extra)
             rows = [r for r in read_metrics(run_dir) if r.get("phase", "train") == "train"]
@@ -147,7 +166,9 @@ def main() -> None:
                 lower[t].append(rounds_to_accuracy(rows, t))
             accs = [r["test_accuracy"] for r in rows if r.get("test_accuracy") is not None]
             finals.append(accs[-1] if accs else None)
-            entropy.append(sampled_label_entropy(run_dir, rows))
+            truth, warmup = true_entropies(run_dir)
+            entropy.append(sampled_label_entropy(truth, warmup, rows))
+            quality.append(estimate_quality(truth, warmup, rows))
             half = [r["test_accuracy"] for r in rows if r["round"] > args.rounds // 2 and r.get("test_accuracy") is not None]
             # only runs that ran every round: a run stopped at the target has no second half
             second_half.append(statistics.fmean(half) if len(rows) == args.rounds and half else None)
@@ -155,6 +176,7 @@ def main() -> None:
             **summarize(hits, args.rounds), "final_accuracy": finals, "paper": PAPER[sampler],
             "lower_targets": {f"{t:g}": summarize(h, args.rounds) for t, h in lower.items()},
             "sampled_label_entropy": entropy, "second_half_accuracy": second_half,
+            "estimate_spearman_warmup_after": quality,
         }
 
     pct = f"{args.target:.0%}"
@@ -189,6 +211,14 @@ def main() -> None:
             ent = ", ".join("-" if e is None else f"{e:.2f}" for e in r["sampled_label_entropy"])
             half = ", ".join("-" if a is None else f"{a:.3f}" for a in r["second_half_accuracy"])
             table += f"| {sampler} | " + " | ".join(cells) + f" | {half} | {ent} |\n"
+    if any(q is not None for r in results.values() for q in r["estimate_spearman_warmup_after"]):
+        table += (
+            "\n| sampler | Spearman(estimated, true label entropy): warm-up / after (per seed) |\n|---|---|\n"
+        )
+        for sampler, r in results.items():
+            qs = [q for q in r["estimate_spearman_warmup_after"] if q is not None]
+            if qs:
+                table += f"| {sampler} | " + ", ".join(f"{a:.2f} / {b:.2f}" for a, b in qs) + " |\n"
     note = (
         f"\nScenario {args.scenario.name}, {args.rounds} rounds, seeds 0..{args.seeds - 1}"
         + (f", overrides: {' '.join(args.overrides)}" if args.overrides else "")

@@ -392,6 +392,7 @@ class HiCSSampler(Sampler):
         self.visited: set[int] = set()  # sampled during the warm-up
         self.sizes: dict[int, int] = {}
         self.k: Optional[int] = None  # clients per round, learnt from the first sample() call
+        self._last: dict[str, Any] = {}  # this round's decision and estimates (round_metrics)
 
     # ------------------------------------------------------------------ rounds
     @property
@@ -407,15 +408,20 @@ class HiCSSampler(Sampler):
         if num == 0:
             return np.zeros(0, dtype=np.int64)
         self._forget_departed(online)
+        self._last = {}
         if server_round <= self.warmup_rounds:
             pool = np.array([c for c in online if int(c) not in self.visited], dtype=np.int64)
             if pool.size:
                 picks = self.rng.choice(pool, size=min(num, pool.size), replace=False)
                 self.visited.update(int(c) for c in picks)
+                self._last["hics_rule"] = "warmup"
                 return np.sort(picks).astype(np.int64)
-        return explore_first(
+        chosen = explore_first(
             self.rng, online, num, self.entropies, lambda known, rest: self._draw_known(server_round, known, rest)
         )
+        self._last["hics_explored"] = int(sum(int(c) not in self.entropies for c in chosen))
+        self._last.setdefault("hics_rule", "explore")
+        return chosen
 
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
         for u in updates:
@@ -424,6 +430,8 @@ class HiCSSampler(Sampler):
             if frozen and u.client in self.entropies:
                 continue  # the authors' estimates are frozen after the warm-up
             self.entropies[u.client], self.vectors[u.client] = self._estimate(u.arrays, global_arrays)
+        # the estimate each trained client now carries (frozen ones included)
+        self._last["hics_entropy"] = {str(u.client): round(self.entropies[u.client], 5) for u in updates}
 
     def _estimate(self, arrays: Arrays, global_arrays: Arrays) -> tuple[float, np.ndarray]:
         db = np.asarray(arrays[self.bias_key], dtype=np.float64) - np.asarray(
@@ -454,6 +462,7 @@ class HiCSSampler(Sampler):
     def _draw_known(self, server_round: int, known: np.ndarray, num: int) -> np.ndarray:
         """``num`` distinct clients among ``known`` (all have estimates) by the rule."""
         if known.size <= num:
+            self._last["hics_rule"] = "all"
             return known
         h = np.array([self.entropies[int(c)] for c in known])
         units = unit_rows(np.stack([self.vectors[int(c)] for c in known]))
@@ -480,6 +489,7 @@ class HiCSSampler(Sampler):
                 DEBUG, "hics round %d: estimate variance %.3f >= %.1f, clustered sampling",
                 server_round, np.var(h), AUTHORS_VARIANCE_THRESHOLD,
             )
+            self._last.update(hics_rule="clustered", hics_entropy_var=round(float(np.var(h)), 5))
             return known[draw_one_per_distribution(self.rng, dists, shares)]
         labels = ward_labels(
             dist, known.size, m, ward=self.ward, max_exact=self.max_exact, rng=self.rng, rows_as_features=authors
@@ -491,11 +501,24 @@ class HiCSSampler(Sampler):
             DEBUG, "hics round %d: %d clusters, gamma %.3f, mean entropies %s, pi %s",
             server_round, pi.size, gamma, np.round(hbar, 3).tolist(), np.round(pi, 3).tolist(),
         )
+        self._last.update(
+            hics_rule="entropy", hics_gamma=round(gamma, 5),
+            hics_cluster_entropy=np.round(hbar, 5).tolist(), hics_cluster_prob=np.round(pi, 5).tolist(),
+        )
         if authors:
             return known[_draw_cluster_counts_uniform(self.rng, labels, pi, num)]
         return known[draw_distinct(self.rng, client_probabilities(labels, pi, shares), num)]
 
     # ------------------------------------------------------------------ part surface
+    def round_metrics(self) -> dict[str, Any]:
+        """``hics_rule`` (warmup / explore / entropy / clustered / all: what drew the
+        round), ``hics_explored`` (clients without an estimate taken first),
+        ``hics_entropy`` (client -> its estimate after this round), and for the entropy
+        rule ``hics_gamma``, ``hics_cluster_entropy`` and ``hics_cluster_prob`` (Hbar_m,
+        pi_m); for the authors' fallback ``hics_entropy_var``."""
+        out, self._last = self._last, {}
+        return out
+
     def summary(self) -> str:
         return (
             f"hics(T={self.temperature}, lambda={self.hics_lambda}, gamma0={self.gamma0}, "

@@ -97,6 +97,11 @@ class Sampler(Part):
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
         """Learn from the round's replies (e.g. data sizes, update statistics)."""
 
+    def round_metrics(self) -> dict[str, Any]:
+        """What the sampler saw and decided this round (written to metrics.jsonl after
+        ``observe``); keep it O(clients sampled), not O(clients online)."""
+        return {}
+
 
 class Aggregator(Part):
     """Turns the round's replies into the next global model."""

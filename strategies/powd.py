@@ -59,6 +59,7 @@ class PowDSampler(Sampler):
         self.d = d
         self.sizes: dict[int, int] = {}
         self.last_losses: dict[int, float] = {}
+        self._last: dict[str, Any] = {}
         if clients_per_round is not None and 0 < d <= clients_per_round:
             log(
                 WARNING,
@@ -98,12 +99,25 @@ class PowDSampler(Sampler):
             log(WARNING, "pow-d round %d: %d of %d candidates reported a loss", server_round, len(losses), d)
         self.last_losses = losses
         chosen = highest_loss(candidates, losses, num)
+        picked = [losses[int(c)] for c in chosen if int(c) in losses]
+        self._last = {
+            "powd_candidates": int(d),
+            "powd_mean_loss": float(np.mean(list(losses.values()))) if losses else float("nan"),
+            "powd_chosen_loss": float(np.mean(picked)) if picked else float("nan"),
+        }
         log(DEBUG, "pow-d round %d: %d candidates, chosen %s", server_round, d, chosen.tolist())
         return np.sort(chosen)
 
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
         for u in updates:
             self.sizes[u.client] = u.num_examples
+
+    def round_metrics(self) -> dict[str, Any]:
+        """``powd_candidates`` (d), ``powd_mean_loss`` (mean loss the candidates reported
+        on the global model) and ``powd_chosen_loss`` (mean over the K chosen): how much
+        the loss query separated the chosen clients from the rest."""
+        out, self._last = self._last, {}
+        return out
 
     def summary(self) -> str:
         return f"pow-d(d={self.d or 'all online'})"

@@ -297,6 +297,33 @@ def test_observe_takes_local_minus_global_bias():
     assert sampler.entropies[0] == pytest.approx(float(estimate_entropy(np.array([0, 0, 0, 2.0]), 1.0)))
 
 
+def test_round_metrics_report_the_rule_and_the_estimates_once():
+    # 4 clients, K = 1, M = 2: warm-up rounds 1-4, then the entropy rule
+    sampler = _hics(n=4, k=1, num_clusters=2, gamma0=2.0, rounds=10)
+    dbs = {0: np.zeros(C), 1: np.zeros(C), 2: 5.0 * np.eye(C)[0], 3: 5.0 * np.eye(C)[1]}
+    picks = sampler.sample(1, np.arange(4), 1)
+    sampler.observe(1, [_update(int(picks[0]), dbs[int(picks[0])])], _global())
+    m = sampler.round_metrics()
+    assert m["hics_rule"] == "warmup"
+    assert m["hics_entropy"] == {str(int(picks[0])): pytest.approx(float(estimate_entropy(dbs[int(picks[0])], 1.0)), abs=1e-5)}
+    assert sampler.round_metrics() == {}  # read once
+    for t in (2, 3, 4):
+        c = int(sampler.sample(t, np.arange(4), 1)[0])
+        sampler.observe(t, [_update(c, dbs[c])], _global())
+    sampler.round_metrics()
+    c = int(sampler.sample(5, np.arange(4), 1)[0])
+    sampler.observe(5, [_update(c, dbs[c])], _global())
+    m = sampler.round_metrics()
+    # clusters {0, 1} (H = ln 4) and {2, 3} (H = H(softmax([5, 0, 0, 0])) ~ 0.12 each);
+    # gamma_5 = 2 (1 - 5/10) = 1; pi = softmax(1 x Hbar) over the two clusters
+    h_one = float(estimate_entropy(5.0 * np.eye(C)[0], 1.0))
+    assert m["hics_rule"] == "entropy" and m["hics_gamma"] == pytest.approx(1.0)
+    assert sorted(m["hics_cluster_entropy"]) == pytest.approx([h_one, math.log(C)], abs=1e-4)
+    hi = math.exp(math.log(C)) / (math.exp(math.log(C)) + math.exp(h_one))
+    assert sorted(m["hics_cluster_prob"]) == pytest.approx([1 - hi, hi], abs=1e-4)
+    assert list(m["hics_entropy"]) == [str(c)]
+
+
 def test_state_dict_restores_the_same_future():
     a = _hics(n=6, k=2)
     _run_warmup(a, np.arange(6), 2, lambda c: np.eye(C)[c % C] * (c + 1))
@@ -343,6 +370,17 @@ def test_powd_picks_the_highest_loss_candidates():
     picks = sampler.sample(1, np.arange(5), 2)
     assert picks.tolist() == [1, 3]
     assert ctx.queries == [[0, 1, 2, 3, 4]]  # d = 0: every online client is asked
+
+
+def test_powd_round_metrics_compare_the_chosen_losses_with_all_candidates():
+    sampler = PowDSampler(seed=0, d=0)
+    sampler.bind(FakeCtx(losses={0: 0.1, 1: 2.0, 2: 0.5, 3: 1.5, 4: 0.2}))
+    sampler.sample(1, np.arange(5), 2)
+    m = sampler.round_metrics()
+    assert m["powd_candidates"] == 5
+    assert m["powd_mean_loss"] == pytest.approx(4.3 / 5)
+    assert m["powd_chosen_loss"] == pytest.approx((2.0 + 1.5) / 2)
+    assert sampler.round_metrics() == {}
 
 
 def test_powd_queries_d_online_candidates_only():
@@ -576,8 +614,13 @@ def test_sampler_runs_three_rounds_through_the_real_client_app(tmp_path, isolate
     queries = [m for m in grid.sent if m.metadata.message_type == "query" and "arrays" in m.content.array_records]
     if sampler == "hics":
         assert sorted(c for r in rows for c in r["sampled"]) == list(range(6))  # warm-up
+        # the sampler's own figures reach metrics.jsonl: one estimate per trained client
+        assert [r["hics_rule"] for r in rows] == ["warmup"] * 3
+        assert all(sorted(map(int, r["hics_entropy"])) == r["sampled"] for r in rows)
+        assert all(0 <= h <= math.log(10) + 1e-6 for r in rows for h in r["hics_entropy"].values())
     if sampler == "pow-d":
         assert len(queries) == 3 * 6  # d = all: every online client is asked every round
+        assert all(r["powd_candidates"] == 6 and r["powd_chosen_loss"] >= r["powd_mean_loss"] for r in rows)
     else:
         assert not queries
 
