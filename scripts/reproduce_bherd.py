@@ -17,7 +17,7 @@ odd ones. See docs/bherd.md.
 
     python scripts/reproduce_bherd.py --out runs/repro-bherd [--rounds 200] [--seeds 0 1 2]
         [--cases 1 2 2b] [--models svm cnn] [--alphas 0.1 0.3 0.5 0.7 1.0] [--target 0.95]
-        [--dataset fmnist|mnist] [--extensions] [--jobs 1] [extra.key=value ...]
+        [--dataset fmnist|mnist] [--extensions] [--jobs 1] [--baselines FedAvg GraB-FedAvg] [extra.key=value ...]
 
 Finished runs (a summary.json in their directory) are reused, so an interrupted
 reproduction continues where it stopped; change ``--out`` when changing ``--rounds``.
@@ -66,8 +66,8 @@ EXTENSIONS = {
 }
 
 
-def methods(alphas: list[float], extensions: bool) -> dict[str, list[str]]:
-    out = dict(BASELINES)
+def methods(alphas: list[float], extensions: bool, baselines: list[str] = list(BASELINES)) -> dict[str, list[str]]:
+    out = {name: BASELINES[name] for name in baselines}
     for a in alphas:
         out[f"BHerd a={a:g}"] = [*BHERD, f"strategy.local_rule.bherd_alpha={a}", "strategy.local_rule.bherd_base=fedavg"]
     if extensions:
@@ -152,11 +152,13 @@ def main() -> None:
     parser.add_argument("--dataset", default="fmnist", choices=["fmnist", "mnist"])
     parser.add_argument("--extensions", action="store_true", help="also FedNova / SCAFFOLD with and without BHerd")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time")
+    parser.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=list(BASELINES),
+                        help="baselines to run next to BHerd (default: all; e.g. --baselines FedAvg)")
     parser.add_argument("extra", nargs="*", help="further overrides for every run, e.g. client.lr=1e-4")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    todo = methods(args.alphas, args.extensions)
+    todo = methods(args.alphas, args.extensions, args.baselines)
     pairs = [(c, m) for c, m in itertools.product(args.cases, args.models) if (m, c) in CASES]
     grid = [(c, m, method, seed) for c, m in pairs for method in todo for seed in args.seeds]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
