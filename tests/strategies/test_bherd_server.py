@@ -39,6 +39,26 @@ def test_bherd_step_by_hand():
     np.testing.assert_allclose(new["w"], [0.8, 0.8], rtol=1e-6)
 
 
+def test_herd_gap_is_reported_and_a_large_one_warned_about_once(caplog):
+    # gaps 0.6 / 0.3 = 2 and 0.2 / 0.4 = 0.5: median 1.25 > GAP_WARNING (0.5)
+    agg = BHerdAggregator(lr=0.1, alpha=0.5)
+
+    def updates(d1, d2):
+        return [
+            _update(1, extras={keys.HERD_G: _arrays(1.0, 0.0)}, **{keys.HERD_DISTANCE: d1, keys.HERD_MEAN_NORM: 0.3}),
+            _update(1, extras={keys.HERD_G: _arrays(0.0, 1.0)}, **{keys.HERD_DISTANCE: d2, keys.HERD_MEAN_NORM: 0.4}),
+        ]
+
+    agg.aggregate(1, _arrays(0.0, 0.0), updates(0.03, 0.04))  # gaps 0.1: quiet
+    assert agg.round_metrics()["herd_gap"] == pytest.approx([0.1, 0.1])
+    assert "herded gradients differ" not in caplog.text
+    agg.aggregate(2, _arrays(0.0, 0.0), updates(0.6, 0.2))
+    assert agg.round_metrics()["herd_gap"] == pytest.approx([2.0, 0.5])
+    assert caplog.text.count("herded gradients differ") == 1 and "by a median 125%" in caplog.text
+    agg.aggregate(3, _arrays(0.0, 0.0), updates(0.6, 0.2))
+    assert caplog.text.count("herded gradients differ") == 1  # once per run
+
+
 def test_grab_divides_by_the_weighted_reported_alpha():
     # p = (1/4, 3/4), alpha_i = (1/2, 1/6): alpha_t = 1/8 + 1/8 = 1/4; coefficients eta p / alpha_t
     coefs, figures = bherd_coefficients("reported", 0.1, 0.5, np.array([1, 3]), np.array([0.5, 1 / 6]), np.zeros(2), np.zeros(2))
