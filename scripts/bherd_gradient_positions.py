@@ -5,7 +5,7 @@ Runs plain FedAvg (full participation, E = 1, the scenario's batch size) for ``-
 rounds and, for every client and round, records all tau local gradients, runs BHerd's
 selection (Algorithm 2 on the centred Gram matrix, k = round(alpha tau)) on them and
 prints: the relative gap ||g/k - mean(z)|| / ||mean(z)|| (``herd_gap`` in metrics.jsonl),
-||mean(z)||, the mean position of the selected steps (0 = first step, 1 = last), the share
+||mean(z)||, the length ratio ||g/k|| / ||mean(z)|| and the cosine between g/k and mean(z), the mean position of the selected steps (0 = first step, 1 = last), the share
 of selected steps from the first quarter of the epoch, and the mean gradient norm in each
 quarter of the epoch. FedAvg's trajectory is used (not BHerd's) so that the figures
 describe the gradients, not a diverging run.
@@ -74,11 +74,15 @@ def main() -> None:
             k = herd_k(args.alpha, tau)
             sel = herd_select(centered_gram(z), k)
             mean = z.mean(0)
-            gap = float((z[sel].sum(0) / k - mean).norm() / mean.norm())
+            herded = z[sel].sum(0) / k
+            gap = float((herded - mean).norm() / mean.norm())
+            ratio = float(herded.norm() / mean.norm())
+            cos = float(herded @ mean / (herded.norm() * mean.norm()))
             pos = np.array(sel) / max(tau - 1, 1)
             quarters = [float(z[i * tau // 4 : (i + 1) * tau // 4].norm(dim=1).mean()) for i in range(4)]
             print(
                 f"round {rnd} client {c}: herd_gap {gap:.2f}  |mean z| {float(mean.norm()):.3f}  "
+                f"|g/k| / |mean z| {ratio:.2f}  cos(g/k, mean z) {cos:.2f}  "
                 f"selected: mean position {pos.mean():.2f}, from the first quarter {np.mean(pos < 0.25):.2f}  "
                 f"|z| by quarter {np.round(quarters, 2).tolist()}",
                 flush=True,
