@@ -52,15 +52,24 @@ SAMPLERS = {
 }
 
 
-def run_one(out: Path, sampler: str, seed: int, rounds: int, scenario: Path, extra: list[str]) -> Path:
-    """Run (or reuse) one ``fedflex run``; returns its results directory."""
+def completed_run(out: Path, sampler: str, seed: int, rounds: int) -> Optional[Path]:
+    """The results directory of a completed run of ``sampler`` and ``seed`` in ``out``
+    (all ``rounds`` run, or stopped at the target), else None."""
     run_dir = out / f"{sampler}-seed{seed}"
     summary = run_dir / "summary.json"
     if summary.is_file():
         done = json.loads(summary.read_text())
         if done.get("status") == "completed" and (done.get("rounds") == rounds or done.get("stopped_early")):
-            print(f"  {run_dir.name}: reused", flush=True)
             return run_dir
+    return None
+
+
+def run_one(out: Path, sampler: str, seed: int, rounds: int, scenario: Path, extra: list[str]) -> Path:
+    """Run (or reuse) one ``fedflex run``; returns its results directory."""
+    run_dir = out / f"{sampler}-seed{seed}"
+    if completed_run(out, sampler, seed, rounds) is not None:
+        print(f"  {run_dir.name}: reused", flush=True)
+        return run_dir
     if run_dir.exists():
         stale = run_dir.with_name(f"{run_dir.name}.stale-{datetime.now():%Y%m%d-%H%M%S}")
         run_dir.rename(stale)
@@ -135,6 +144,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..S-1")
+    parser.add_argument("--seed-list", type=int, nargs="+", default=None, metavar="SEED",
+                        help="exactly these seeds instead of 0..S-1 (e.g. to run seeds in parallel processes)")
+    parser.add_argument("--no-run", action="store_true",
+                        help="only tabulate the completed runs in --out; start nothing (missing runs are skipped)")
     parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
     parser.add_argument("--target", type=float, default=0.75, help="test accuracy to reach")
     parser.add_argument("--out", type=Path, default=None, help="default runs/reproduce-hics-<timestamp>")
@@ -148,6 +161,9 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="extra fedflex overrides, e.g. client.momentum=0.9")
     args = parser.parse_args()
     args.overrides = [*args.overrides, *args.set]
+    seeds = args.seed_list if args.seed_list is not None else list(range(args.seeds))
+    if not seeds or any(s < 0 for s in seeds):
+        parser.error("seeds must be non-negative integers (and at least one)")
     out = args.out or ROOT / "runs" / f"reproduce-hics-{datetime.now():%Y%m%d-%H%M%S}"
     out.mkdir(parents=True, exist_ok=True)
 
@@ -158,8 +174,16 @@ def main() -> None:
     for sampler in args.samplers:
         print(f"{sampler}:", flush=True)
         hits, finals, lower, entropy, second_half, quality = [], [], {t: [] for t in args.also}, [], [], []
-        for seed in range(args.seeds):
-            run_dir = run_one(out, sampler, seed, args.rounds, args.scenario, extra)
+        ran = []
+        for seed in seeds:
+            if args.no_run:
+                run_dir = completed_run(out, sampler, seed, args.rounds)
+                if run_dir is None:
+                    print(f"  {sampler}-seed{seed}: no completed run, skipped", flush=True)
+                    continue
+            else:
+                run_dir = run_one(out, sampler, seed, args.rounds, args.scenario, extra)
+            ran.append(seed)
             rows = [r for r in read_metrics(run_dir) if r.get("phase", "train") == "train"]
             hits.append(rounds_to_accuracy(rows, args.target))
             for t in args.also:
@@ -172,8 +196,10 @@ def main() -> None:
             half = [r["test_accuracy"] for r in rows if r["round"] > args.rounds // 2 and r.get("test_accuracy") is not None]
             # only runs that ran every round: a run stopped at the target has no second half
             second_half.append(statistics.fmean(half) if len(rows) == args.rounds and half else None)
+        if not hits:  # --no-run and nothing completed for this sampler
+            continue
         results[sampler] = {
-            **summarize(hits, args.rounds), "final_accuracy": finals, "paper": PAPER[sampler],
+            **summarize(hits, args.rounds), "seeds": ran, "final_accuracy": finals, "paper": PAPER[sampler],
             "lower_targets": {f"{t:g}": summarize(h, args.rounds) for t, h in lower.items()},
             "sampled_label_entropy": entropy, "second_half_accuracy": second_half,
             "estimate_spearman_warmup_after": quality,
@@ -191,7 +217,7 @@ def main() -> None:
         spread = lo if lo == hi else f"{lo} to {hi}"
         finals = ", ".join("-" if a is None else f"{a:.3f}" for a in r["final_accuracy"])
         lines.append(
-            f"| {sampler} | {fmt(r['median'], args.rounds)} | {spread} | {r['reached']}/{args.seeds} "
+            f"| {sampler} | {fmt(r['median'], args.rounds)} | {spread} | {r['reached']}/{len(r['rounds_to_target'])} "
             f"| {r['paper']} | {finals} |"
         )
     table = header + "\n".join(lines) + "\n"
@@ -220,7 +246,7 @@ def main() -> None:
             if qs:
                 table += f"| {sampler} | " + ", ".join(f"{a:.2f} / {b:.2f}" for a, b in qs) + " |\n"
     note = (
-        f"\nScenario {args.scenario.name}, {args.rounds} rounds, seeds 0..{args.seeds - 1}"
+        f"\nScenario {args.scenario.name}, {args.rounds} rounds, seeds {', '.join(map(str, seeds))}"
         + (f", overrides: {' '.join(args.overrides)}" if args.overrides else "")
         + ("" if args.full_runs else f"; each run stops at the first round with test accuracy >= {args.target:g}")
         + f". Paper: Table 2, FMNIST setting (2), rounds to 75% (no seeds reported).\n"
