@@ -11,7 +11,8 @@ spread (min-max over seeds), next to the paper's numbers (which come without see
 error bars). A run that never reaches the target counts as "> rounds". Runs stop at the
 first round that reaches the target (``evaluation.stop_at_accuracy``) unless
 ``--full-runs``. Writes
-``results.md`` (a markdown table) and ``results.json`` into ``--out``; runs already
+``results.md`` (a markdown table), ``results.json`` and ``rounds-to-target.png`` (accuracy
+curves, and the share of seeds at the target by round) into ``--out``; runs already
 completed there are reused, so an interrupted reproduction can be resumed.
 
     python scripts/reproduce_hics.py                      # 4 samplers x 3 seeds x 200 rounds (hours)
@@ -121,6 +122,36 @@ def estimate_quality(entropies: list[float], warmup: int, rows: list[dict]) -> O
     return rho([r for r in rows if r["round"] <= warmup]), rho([r for r in rows if r["round"] > warmup])
 
 
+def plot(path: Path, curves: dict[str, list[list[float]]], hits: dict[str, list[Optional[int]]],
+         target: float, rounds: int) -> None:
+    """Left: every run's test accuracy per round (one colour per sampler). Right: the share
+    of a sampler's seeds that had reached ``target`` by each round."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for i, (sampler, runs) in enumerate(curves.items()):
+        colour = f"C{i}"
+        for j, accs in enumerate(runs):
+            axes[0].plot(range(1, len(accs) + 1), accs, color=colour, alpha=0.5, lw=0.8,
+                         label=sampler if j == 0 else None)
+        reached = sorted(h for h in hits[sampler] if h is not None)
+        xs = [0, *reached, rounds]
+        ys = [0, *[(k + 1) / len(runs) for k in range(len(reached))], len(reached) / len(runs)]
+        axes[1].step(xs, ys, where="post", color=colour, label=f"{sampler} ({len(runs)} seeds)")
+    axes[0].axhline(target, color="grey", ls=":", lw=1)
+    axes[0].set(xlabel="round", ylabel="test accuracy", ylim=(0.3, 0.8))
+    axes[1].set(xlabel="round", ylabel=f"share of seeds at {target:.0%}", xlim=(0, rounds), ylim=(0, 1.02))
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def summarize(hits: list[Optional[int]], rounds: int) -> dict:
     """Median and min-max of rounds-to-target over seeds; misses count as infinite."""
     values = [h if h is not None else float("inf") for h in hits]
@@ -170,11 +201,11 @@ def main() -> None:
     extra = list(args.overrides)
     if not args.full_runs:
         extra.append(f"evaluation.stop_at_accuracy={args.target}")
-    results = {}
+    results, curves = {}, {}
     for sampler in args.samplers:
         print(f"{sampler}:", flush=True)
         hits, finals, lower, entropy, second_half, quality = [], [], {t: [] for t in args.also}, [], [], []
-        ran = []
+        ran, curves[sampler] = [], []
         for seed in seeds:
             if args.no_run:
                 run_dir = completed_run(out, sampler, seed, args.rounds)
@@ -189,6 +220,7 @@ def main() -> None:
             for t in args.also:
                 lower[t].append(rounds_to_accuracy(rows, t))
             accs = [r["test_accuracy"] for r in rows if r.get("test_accuracy") is not None]
+            curves[sampler].append(accs)
             finals.append(accs[-1] if accs else None)
             truth, warmup = true_entropies(run_dir)
             entropy.append(sampled_label_entropy(truth, warmup, rows))
@@ -197,6 +229,7 @@ def main() -> None:
             # only runs that ran every round: a run stopped at the target has no second half
             second_half.append(statistics.fmean(half) if len(rows) == args.rounds and half else None)
         if not hits:  # --no-run and nothing completed for this sampler
+            del curves[sampler]
             continue
         results[sampler] = {
             **summarize(hits, args.rounds), "seeds": ran, "final_accuracy": finals, "paper": PAPER[sampler],
@@ -256,7 +289,10 @@ def main() -> None:
     (out / "results.md").write_text(table + note)
     report = {"target": args.target, "rounds": args.rounds, "overrides": args.overrides, "results": results}
     (out / "results.json").write_text(json.dumps(report, indent=2))
-    print(f"written: {out / 'results.md'}")
+    if results:
+        plot(out / "rounds-to-target.png", curves, {k: r["rounds_to_target"] for k, r in results.items()},
+             args.target, args.rounds)
+    print(f"written: {out / 'results.md'}" + (f", {out / 'rounds-to-target.png'}" if results else ""))
 
 
 if __name__ == "__main__":
