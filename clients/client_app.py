@@ -17,7 +17,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from flwr.clientapp import ClientApp
 
 from clients.runtime import Task, get_task
-from clients.rules import LOCAL_RULES, RuleInput
+from clients.rules import LOCAL_RULES, RuleInput, RuleOutput
 from clients.train import TrainSettings
 from fedflex import keys
 from fedflex.evaluation import evaluate
@@ -71,19 +71,13 @@ def _load_global(task: Task, msg: Message) -> None:
     task.model.load_state_dict(state, strict=True)
 
 
-@app.train()
-def train(msg: Message, context: Context) -> Message:
-    """Run the message's local rule on this node's partition; reply with the local model,
-    the rule's further array records and the metrics."""
+def _rule_input(msg: Message, context: Context, task: Task) -> RuleInput:
+    """Everything a local rule gets for this message on this node (the model holds the
+    weights loaded last; the caller loads the global model)."""
     pid = _partition_id(context)
-    task = _task(msg, context)
     config = msg.content[keys.CONFIG]
-    _load_global(task, msg)
     server_round = int(config[keys.SERVER_ROUND])
     settings = dataclasses.replace(settings_from_config(config), loss=task.loss)
-    rule = LOCAL_RULES.get(settings.rule)
-    if rule is None:
-        raise ValueError(f"unknown local rule {settings.rule!r}; this client knows {sorted(LOCAL_RULES)}")
     payload = {
         name: record.to_torch_state_dict()
         for name, record in msg.content.array_records.items()
@@ -93,13 +87,23 @@ def train(msg: Message, context: Context) -> Message:
     generator = torch.Generator().manual_seed(
         int(config[keys.SEED]) * 1_000_003 + (0 if fixed_order else server_round * 10_007) + pid
     )
-    out = rule(
-        RuleInput(
-            model=task.model, data=task.train, indices=task.client_indices(pid), settings=settings,
-            generator=generator, device=task.device, payload=payload, state=context.state,
-            server_round=server_round, options=dict(config),
-        )
+    return RuleInput(
+        model=task.model, data=task.train, indices=task.client_indices(pid), settings=settings,
+        generator=generator, device=task.device, payload=payload, state=context.state,
+        server_round=server_round, options=dict(config),
     )
+
+
+def _rule_name(msg: Message) -> str:
+    name = str(msg.content[keys.CONFIG][keys.LOCAL_RULE])
+    if name not in LOCAL_RULES:
+        raise ValueError(f"unknown local rule {name!r}; this client knows {sorted(LOCAL_RULES)}")
+    return name
+
+
+def _reply(msg: Message, pid: int, task: Task, out: RuleOutput) -> Message:
+    """The train reply: the local model (or the rule's arrays), the rule's further array
+    records and the metrics."""
     arrays = out.arrays if out.arrays is not None else task.model.state_dict()
     content = RecordDict({keys.ARRAYS: ArrayRecord({k: v.detach().cpu() for k, v in arrays.items()})})
     for name, tensors in out.extras.items():
@@ -113,6 +117,17 @@ def train(msg: Message, context: Context) -> Message:
     }
     content[keys.METRICS] = MetricRecord(metrics)
     return Message(content=content, reply_to=msg)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    """Run the message's local rule on this node's partition; reply with the local model,
+    the rule's further array records and the metrics."""
+    task = _task(msg, context)
+    rule = LOCAL_RULES[_rule_name(msg)]
+    _load_global(task, msg)
+    inp = _rule_input(msg, context, task)
+    return _reply(msg, _partition_id(context), task, rule(inp))
 
 
 @app.evaluate()

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
-from clients.train import TrainResult, TrainSettings
+from clients.train import StepTerms, TrainResult, TrainSettings, local_train
 from fedflex import keys
 from fedflex.data import ArrayDataset
 
@@ -42,6 +42,43 @@ class RuleOutput:
     extras: dict[str, "OrderedDict[str, torch.Tensor]"] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     arrays: Optional["OrderedDict[str, torch.Tensor]"] = None  # None: the model's state dict
+
+
+Params = "OrderedDict[str, torch.Tensor]"
+
+
+@dataclass
+class RuleStart:
+    """What a rule computed before training: the terms each step adds (``terms``) and
+    anything its :attr:`RuleSteps.finish` needs (``context``)."""
+
+    terms: StepTerms = field(default_factory=StepTerms)
+    context: Any = None
+
+
+@dataclass(frozen=True)
+class RuleSteps:
+    """A local rule written around one plain training loop, so that the loop can run
+    one client at a time (:func:`clients.train.local_train`) or a cohort of clients at
+    once (:mod:`clients.cohort`) with the same rule code.
+
+    ``start(inp, x)``: ``x`` holds the start (global) parameters, which must not be
+    changed; returns the :class:`RuleStart`. ``finish(inp, start, x, y, result)``:
+    ``y`` holds the trained parameters; returns the :class:`RuleOutput` (``arrays=None``:
+    send the model's state).
+    """
+
+    start: Callable[["RuleInput", Params], RuleStart]
+    finish: Callable[["RuleInput", RuleStart, Params, Params, TrainResult], "RuleOutput"]
+
+    def run(self, inp: "RuleInput") -> "RuleOutput":
+        """The rule, one client at a time, training ``inp.model`` in place."""
+        params = OrderedDict(inp.model.named_parameters())
+        x = OrderedDict((k, p.detach().clone()) for k, p in params.items())
+        begun = self.start(inp, x)
+        result = local_train(inp.model, inp.data, inp.indices, inp.settings, inp.generator, inp.device, begun.terms)
+        y = OrderedDict((k, p.detach()) for k, p in params.items())
+        return self.finish(inp, begun, x, y, result)
 
 
 def load_state(state: Optional[RecordDict], name: str, like: "OrderedDict[str, torch.Tensor]", device) -> dict:

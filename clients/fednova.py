@@ -27,24 +27,29 @@ from collections import OrderedDict
 
 import torch
 
-from clients.common import RuleInput, RuleOutput, fednova_a_norm
-from clients.train import local_train
+from clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps, fednova_a_norm
+from clients.train import TrainResult
 from fedflex import keys
 
 logger = logging.getLogger(__name__)
 
 
-def fednova_rule(inp: RuleInput) -> RuleOutput:
-    """Local training, then the normalised update ``(x - y) / ||a||_1`` of every
-    parameter as the ``fednova-d`` record; ``fednova-tau`` and ``fednova-a-norm`` in the
-    metrics. The local model is sent too (its buffers, e.g. BatchNorm statistics, are
-    averaged by the aggregator)."""
-    params = OrderedDict((k, p) for k, p in inp.model.named_parameters())
-    x = {k: p.detach().clone() for k, p in params.items()}
-    result = local_train(inp.model, inp.data, inp.indices, inp.settings, inp.generator, inp.device)
+def _start(inp: RuleInput, x: Params) -> RuleStart:
+    return RuleStart()
+
+
+def _finish(inp: RuleInput, start: RuleStart, x: Params, y: Params, result: TrainResult) -> RuleOutput:
     a_norm = fednova_a_norm(result.num_steps, inp.settings.momentum)
     scale = 1.0 / a_norm if a_norm > 0 else 0.0
     with torch.no_grad():
-        d = OrderedDict((k, ((x[k] - p.detach()) * scale).cpu()) for k, p in params.items())
+        d = OrderedDict((k, ((x[k] - y[k]) * scale).cpu()) for k in y)
     metrics = {keys.FEDNOVA_TAU: result.num_steps, keys.FEDNOVA_A_NORM: a_norm}
     return RuleOutput(result, extras={keys.FEDNOVA_D: d}, metrics=metrics)
+
+
+#: Local training, then the normalised update ``(x - y) / ||a||_1`` of every parameter
+#: as the ``fednova-d`` record; ``fednova-tau`` and ``fednova-a-norm`` in the metrics.
+#: The local model is sent too (its buffers, e.g. BatchNorm statistics, are averaged by
+#: the aggregator).
+FEDNOVA = RuleSteps(_start, _finish)
+fednova_rule = FEDNOVA.run

@@ -22,67 +22,67 @@ Every rule trains with the loss ``settings.loss`` names (:mod:`fedflex.losses`).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Callable
 
-import torch
-
 from clients.bherd import bherd_rule, grab_rule
-from clients.common import RuleInput, RuleOutput, load_state, scaffold_finish, scaffold_variates
-from clients.fednova import fednova_rule
-from clients.train import TrainResult, batch_order, local_train, make_optimizer
+from clients.common import (
+    Params,
+    RuleInput,
+    RuleOutput,
+    RuleStart,
+    RuleSteps,
+    load_state,
+    scaffold_finish,
+    scaffold_variates,
+)
+from clients.fednova import FEDNOVA
+from clients.train import StepTerms, TrainResult
 from fedflex import keys
-from fedflex.losses import get_loss
 
-__all__ = ["LOCAL_RULES", "RuleInput", "RuleOutput", "sgd_rule", "scaffold_rule", "load_state"]
-
-Tensors = "OrderedDict[str, torch.Tensor]"
+__all__ = ["LOCAL_RULES", "RULE_STEPS", "RuleInput", "RuleOutput", "sgd_rule", "scaffold_rule", "load_state"]
 
 
-def sgd_rule(inp: RuleInput) -> RuleOutput:
-    """Plain local training (and FedProx's proximal term when the settings ask for it)."""
-    return RuleOutput(local_train(inp.model, inp.data, inp.indices, inp.settings, inp.generator, inp.device))
+def _sgd_start(inp: RuleInput, x: Params) -> RuleStart:
+    mu = inp.settings.proximal_mu if inp.settings.rule == "fedprox" else 0.0
+    return RuleStart(StepTerms(prox_mu=mu))
 
 
-def scaffold_rule(inp: RuleInput) -> RuleOutput:
-    """SCAFFOLD's client: corrected steps y <- y - lr (g(y) - c_i + c), then option II
-    c_i+ = c_i - c + (x - y) / (K lr); sends y and delta c = c_i+ - c_i.
+def _sgd_finish(inp: RuleInput, start: RuleStart, x: Params, y: Params, result: TrainResult) -> RuleOutput:
+    return RuleOutput(result)
 
-    The server control variate c arrives as the ``scaffold-c`` record; the client's c_i
-    lives in the node state (zero at first). With momentum or weight decay the corrected
-    gradient goes through the optimiser as a plain gradient would.
-    """
-    model, s = inp.model, inp.settings
-    params = OrderedDict((k, p) for k, p in model.named_parameters())
-    variates = scaffold_variates(inp, params)
-    correction = variates.correction
-    x = {k: p.detach().clone() for k, p in params.items()}
-    model.train()
-    optimizer = make_optimizer(model.parameters(), s)
-    loss_fn = get_loss(s.loss).fn
-    indices = inp.indices.to(inp.device)
-    total, steps = 0.0, 0
-    for pos in batch_order(len(indices), s, inp.generator):
-        rows = indices[pos.to(inp.device)]
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(inp.data.inputs(rows)), inp.data.labels(rows))
-        loss.backward()
-        with torch.no_grad():
-            for k, p in params.items():
-                p.grad.add_(correction[k])
-        optimizer.step()
-        total += float(loss.detach())
-        steps += 1
-    delta_c = scaffold_finish(inp, variates, x, params, steps)
-    result = TrainResult(num_examples=len(indices), num_steps=steps, train_loss=total / steps if steps else float("nan"))
+
+#: Plain local training, with FedProx's proximal term when the settings ask for it.
+SGD = RuleSteps(_sgd_start, _sgd_finish)
+
+
+def _scaffold_start(inp: RuleInput, x: Params) -> RuleStart:
+    variates = scaffold_variates(inp, x)
+    return RuleStart(StepTerms(correction=variates.correction), context=variates)
+
+
+def _scaffold_finish(inp: RuleInput, start: RuleStart, x: Params, y: Params, result: TrainResult) -> RuleOutput:
+    delta_c = scaffold_finish(inp, start.context, x, y, result.num_steps)
     return RuleOutput(result, extras={keys.SCAFFOLD_DC: delta_c})
 
 
+#: SCAFFOLD's client: corrected steps y <- y - lr (g(y) - c_i + c), then option II
+#: c_i+ = c_i - c + (x - y) / (K lr); sends y and delta c = c_i+ - c_i. The server
+#: control variate c arrives as the ``scaffold-c`` record; the client's c_i lives in the
+#: node state (zero at first). With momentum or weight decay the corrected gradient goes
+#: through the optimiser as a plain gradient would.
+SCAFFOLD = RuleSteps(_scaffold_start, _scaffold_finish)
+
+#: Rules written as start / train / finish: they run one client at a time or, in
+#: simulation, as a batched cohort (:mod:`clients.cohort`).
+RULE_STEPS: dict[str, RuleSteps] = {"sgd": SGD, "fedprox": SGD, "scaffold": SCAFFOLD, "fednova": FEDNOVA}
+
+sgd_rule = SGD.run
+scaffold_rule = SCAFFOLD.run
+
+#: Every local rule by name: ``RuleInput -> RuleOutput``, one client at a time. BHerd
+#: and GraB record every step's gradient in their own loop (:mod:`clients.bherd`).
 LOCAL_RULES: dict[str, Callable[[RuleInput], RuleOutput]] = {
-    "sgd": sgd_rule,
-    "fedprox": sgd_rule,
-    "scaffold": scaffold_rule,
-    "fednova": fednova_rule,
+    **{name: steps.run for name, steps in RULE_STEPS.items()},
     "bherd": bherd_rule,
     "grab": grab_rule,
 }

@@ -44,6 +44,20 @@ class TrainSettings:
 
 
 @dataclass(frozen=True)
+class StepTerms:
+    """What a local rule adds to every mini-batch gradient before the optimiser step.
+
+    ``correction``: a constant per parameter (SCAFFOLD's ``c - c_i``); ``prox_mu``:
+    FedProx's ``mu (w - w_start)``, the gradient of ``mu/2 ||w - w_start||^2``. Both
+    the sequential loop (:func:`local_train`) and the cohort loop
+    (:mod:`clients.cohort`) apply them, so a rule is written once for both.
+    """
+
+    correction: Optional[dict[str, torch.Tensor]] = None
+    prox_mu: float = 0.0
+
+
+@dataclass(frozen=True)
 class TrainResult:
     num_examples: int
     num_steps: int
@@ -90,15 +104,20 @@ def local_train(
     settings: TrainSettings,
     generator: torch.Generator,
     device: torch.device,
+    terms: Optional[StepTerms] = None,
 ) -> TrainResult:
     """Train ``model`` in place on rows ``indices`` of ``data``.
 
-    ``data`` must already live on ``device`` (the worker moves it once).
+    ``data`` must already live on ``device`` (the worker moves it once). ``terms``: what
+    the local rule adds to each gradient; ``None`` derives FedProx's term from the
+    settings (``rule == "fedprox"``) and adds nothing otherwise.
     """
+    if terms is None:
+        terms = StepTerms(prox_mu=settings.proximal_mu if settings.rule == "fedprox" else 0.0)
     model.train()
     optimizer = make_optimizer(model.parameters(), settings)
-    prox = settings.rule == "fedprox" and settings.proximal_mu > 0
-    anchor = [p.detach().clone() for p in model.parameters()] if prox else None
+    params = list(model.named_parameters())
+    anchor = [p.detach().clone() for _, p in params] if terms.prox_mu > 0 else None
     indices = indices.to(device)
     loss_fn = get_loss(settings.loss).fn
     total, steps = 0.0, 0
@@ -108,10 +127,14 @@ def local_train(
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         total += float(loss.detach())
-        if prox:
-            penalty = sum((p - a).pow(2).sum() for p, a in zip(model.parameters(), anchor))
-            loss = loss + 0.5 * settings.proximal_mu * penalty
+        if anchor is not None:
+            penalty = sum((p - a).pow(2).sum() for (_, p), a in zip(params, anchor))
+            loss = loss + 0.5 * terms.prox_mu * penalty
         loss.backward()
+        if terms.correction is not None:
+            with torch.no_grad():
+                for name, p in params:
+                    p.grad.add_(terms.correction[name])
         optimizer.step()
         steps += 1
     mean_loss = total / steps if steps else math.nan

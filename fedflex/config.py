@@ -512,15 +512,30 @@ class SimulationConfig:
     core or GPU) or ``local`` (the same ServerApp and ClientApp handlers in one process,
     clients one after another, no Ray: for debugging and small models, where Ray's
     start-up and messaging dominate).
+
+    ``vectorize``: train the clients of a round as batched cohorts
+    (:mod:`clients.cohort`): ``auto`` times a few steps both ways on the first round and
+    keeps the faster (logged), ``on`` always where the rule and model allow it, ``off``
+    one client at a time. Results agree to float rounding, not bit for bit: pin ``on`` or
+    ``off`` when runs must repeat to the last bit across machines. BHerd / GraB rounds and
+    BatchNorm models always train one client at a time. ``cohort_size``: most clients per
+    batched computation (0: as many as fit half the device's free memory).
+    Both apply to the ``local`` backend; a real SuperNode is one client.
     """
 
     backend: str = "ray"
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     timeout: float = 3600.0
+    vectorize: str = "auto"
+    cohort_size: int = 0
 
     def validate(self, path: str) -> None:
         _choice(path, "backend", self.backend, ("ray", "local"))
+        # YAML 1.1 reads a bare on / off as a boolean, which OmegaConf then writes as a string
+        self.vectorize = {"True": "on", "true": "on", "False": "off", "false": "off"}.get(self.vectorize, self.vectorize)
+        _choice(path, "vectorize", self.vectorize, ("auto", "on", "off"))
+        _num(path, "cohort_size", self.cohort_size, ge=0)
         _num(path, "num_cpus", self.num_cpus, gt=0)
         _num(path, "num_gpus", self.num_gpus, ge=0)
         _num(path, "timeout", self.timeout, gt=0)
@@ -613,6 +628,12 @@ class ScenarioConfig:
             raise ConfigError(
                 "deployment.wait_for_nodes", self.deployment.wait_for_nodes,
                 f"must be <= num_clients ({self.num_clients})",
+            )
+        if self.simulation.vectorize == "on" and self.model.name == "resnet18" and self.model.norm == "batch":
+            raise ConfigError(
+                "simulation.vectorize", "on",
+                "model resnet18 with model.norm=batch keeps BatchNorm running statistics, which a "
+                "batched cohort cannot keep per client; use model.norm=group, or vectorize=auto / off",
             )
         if self.strategy.sampler.min_clients > self.num_clients:
             raise ConfigError(

@@ -23,12 +23,19 @@ logger = logging.getLogger(__name__)
 
 ERROR_CLIENT_APP_RAISED = 2  # mirrors Flower's ErrorCode.CLIENT_APP_RAISED_EXCEPTION
 
+#: ``(pairs of (message, node context), deliver) -> replies``: answers a batch at once.
+TrainBatch = Callable[[list[tuple[Message, Context]], Callable[[Message, Context], Message]], list[Message]]
+
 
 class LocalGrid(Grid):
     """``num_nodes`` nodes with node config ``partition-id=i num-partitions=N``.
 
     Node ids are random 63-bit integers (as Flower's), not the partition ids.
     ``client_app`` is any callable ``(Message, Context) -> Message`` (a ClientApp).
+    ``train_batch(pairs, deliver)``, when given, answers all the messages of one
+    ``send_and_receive`` call at once (e.g. :class:`clients.cohort_app.CohortTrainer`,
+    which trains the sampled clients as one batched cohort); ``deliver(msg, context)``
+    is the one-message path with this grid's error handling.
     """
 
     def __init__(
@@ -37,8 +44,10 @@ class LocalGrid(Grid):
         num_nodes: int,
         seed: int = 0,
         node_config: Optional[dict[str, Any]] = None,
+        train_batch: Optional[TrainBatch] = None,
     ) -> None:
         self.client_app = client_app
+        self.train_batch = train_batch
         self.num_nodes = num_nodes
         self._run = Run.create_empty(run_id=1)
         # Messages take their run / sender ids from the task identity (as run_simulation sets it)
@@ -90,17 +99,22 @@ class LocalGrid(Grid):
         raise NotImplementedError("LocalGrid only supports send_and_receive")
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: Optional[float] = None) -> Iterable[Message]:
-        replies = []
+        pairs = []
         for msg in messages:
             msg.metadata.__dict__["_message_id"] = uuid.uuid4().hex
             self.sent.append(msg)
             context = self.contexts.get(msg.metadata.dst_node_id)
             if context is None:  # the node is gone: Flower returns nothing before the timeout
                 continue
-            try:
-                reply = self.client_app(msg, context)
-            except Exception as exc:  # what Flower turns into an error reply
-                logger.debug("client app raised", exc_info=True)
-                reply = Message(Error(code=ERROR_CLIENT_APP_RAISED, reason=f"{type(exc).__name__}: {exc}"), reply_to=msg)
-            replies.append(reply)
-        return replies
+            pairs.append((msg, context))
+        if self.train_batch is not None and len(pairs) > 1:
+            return list(self.train_batch(pairs, self._deliver))
+        return [self._deliver(msg, context) for msg, context in pairs]
+
+    def _deliver(self, msg: Message, context: Context) -> Message:
+        """One message through the ClientApp; an exception becomes an error reply."""
+        try:
+            return self.client_app(msg, context)
+        except Exception as exc:  # what Flower turns into an error reply
+            logger.debug("client app raised", exc_info=True)
+            return Message(Error(code=ERROR_CLIENT_APP_RAISED, reason=f"{type(exc).__name__}: {exc}"), reply_to=msg)

@@ -64,10 +64,14 @@ def run(cfg: ScenarioConfig, out_dir: Optional[Path], verbose: bool = False, res
     data = load_dataset(cfg.dataset, cfg.num_clients, cfg.seed)  # fails early, before Ray starts
     quiet_flower(verbose)
     if cfg.simulation.backend == "local":
+        from clients.cohort_app import CohortTrainer
         from fedflex.local_grid import LocalGrid
         from strategies.server_app import run_server
 
-        run_server(LocalGrid(client_app, cfg.num_clients, seed=cfg.seed), cfg, out_dir, data, resume=resume)
+        cohorts = CohortTrainer(cfg.simulation.vectorize, cfg.simulation.cohort_size)
+        logging.getLogger("clients.cohort_app").setLevel(logging.INFO)  # say how clients train
+        grid = LocalGrid(client_app, cfg.num_clients, seed=cfg.seed, train_batch=cohorts)
+        run_server(grid, cfg, out_dir, data, resume=resume)
         return
     run_simulation(
         server_app=make_server_app(cfg, out_dir, data=data, resume=resume),

@@ -1,0 +1,264 @@
+"""Cohort training: the clients sampled in one round trained together, as one batched
+computation over a client axis.
+
+Small federated models do microseconds of arithmetic per SGD step and milliseconds of
+Python and kernel launches; training K clients one after another pays that overhead K
+times. Here the K clients' parameters and optimiser state are stacked along a leading
+client axis, the model runs once per step for all of them
+(:func:`torch.func.functional_call` under :func:`torch.func.vmap`: a convolution
+becomes one grouped convolution, a linear layer one batched matrix product), and one
+backward pass gives every client's gradient (the clients' losses are summed; their
+parameters are disjoint, so each gets exactly its own gradient).
+
+What stays per client, exactly as in the sequential loop
+(:func:`clients.train.local_train`):
+
+- its data order and random stream: batch positions come from
+  :func:`clients.train.batch_order` with the client's own generator;
+- its number of steps: a client that has run out of batches stands still (its step is
+  masked); a short last batch of an epoch is a batch of that size (per-example weights
+  ``1 / len(batch)``, padding weighs 0);
+- the optimiser (torch's SGD with momentum / weight decay, or Adam: the same update
+  formulas, applied to the stacked tensors) and the rule's per-step terms
+  (:class:`clients.train.StepTerms`: FedProx's ``mu``, SCAFFOLD's correction);
+- the reply: the rule's ``finish`` (:class:`clients.common.RuleSteps`) builds it from the
+  trained parameters, with the same records and metrics.
+
+Results equal the sequential path's up to float rounding (batched kernels sum in another
+order): ``tests/clients/test_cohort.py`` states the tolerance.
+
+Not batched: models with BatchNorm running statistics (per-client buffers would need a
+running-stats update under vmap; :func:`unsupported_reason` names the layer) and rules
+with their own loop (BHerd, GraB): those rounds run one client at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+
+from clients.train import StepTerms, TrainResult, TrainSettings, batch_order
+from fedflex.data import ArrayDataset
+from fedflex.losses import get_loss
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CohortClient", "train_cohort", "unsupported_reason", "cohort_chunk_size", "per_client_bytes"]
+
+ADAM_BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which make_optimizer uses
+ADAM_EPS = 1e-8
+
+
+@dataclass
+class CohortClient:
+    """One client of a cohort: its rows of the worker's data, its random stream and the
+    terms its rule adds to each step."""
+
+    indices: torch.Tensor
+    generator: torch.Generator
+    terms: StepTerms = StepTerms()
+
+
+def unsupported_reason(model: nn.Module) -> Optional[str]:
+    """Why ``model`` cannot be trained as a cohort (None: it can).
+
+    BatchNorm layers in training mode update running statistics in place, one set per
+    model; a cohort would need one set per client.
+    """
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.batchnorm._NormBase) and module.track_running_stats:
+            return f"{type(module).__name__} layer {name!r} keeps running statistics"
+        if isinstance(module, nn.Dropout) and module.p > 0:
+            return f"dropout layer {name!r} draws random masks"
+    return None
+
+
+# ---------------------------------------------------------------------------- memory
+def _activation_bytes(model: nn.Module, example: torch.Tensor) -> int:
+    """Bytes of every module output for one example (a forward pass with hooks)."""
+    total = 0
+
+    def hook(_module, _inputs, output) -> None:
+        nonlocal total
+        if isinstance(output, torch.Tensor):
+            total += output.numel() * output.element_size()
+
+    handles = [m.register_forward_hook(hook) for m in model.modules()]
+    try:
+        with torch.no_grad():
+            model(example)
+    finally:
+        for h in handles:
+            h.remove()
+    return total
+
+
+def per_client_bytes(model: nn.Module, example: torch.Tensor, batch_size: int, optimizer: str) -> int:
+    """An estimate of one cohort member's memory: its parameters, gradient, optimiser
+    state (momentum / Adam moments), step terms and start copy (6-7 model sizes), plus the
+    activations of one batch kept for the backward pass (3x the forward outputs)."""
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    copies = 7 if optimizer == "adam" else 6
+    return copies * param_bytes + 3 * batch_size * _activation_bytes(model, example[:1])
+
+
+def _free_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 4 << 30
+
+
+def cohort_chunk_size(
+    model: nn.Module, example: torch.Tensor, settings: TrainSettings, device: torch.device, fraction: float = 0.5
+) -> int:
+    """How many clients fit one chunk: ``fraction`` of the device's free memory (CUDA:
+    ``mem_get_info``; CPU: MemAvailable) over :func:`per_client_bytes`, at least 1."""
+    need = max(1, per_client_bytes(model, example, settings.batch_size, settings.optimizer))
+    return max(1, int(_free_bytes(device) * fraction) // need)
+
+
+# ---------------------------------------------------------------------------- training
+def _schedule(
+    clients: Sequence[CohortClient], settings: TrainSettings, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    """Rows ``[K, S, B]`` (padding: the client's first row), per-example weights
+    ``[K, S, B]`` (``1/len(batch)``, padding 0), active steps ``[K, S]`` and each
+    client's step count, from each client's own :func:`batch_order`."""
+    orders = [batch_order(len(c.indices), settings, c.generator) for c in clients]
+    k_n, s_n = len(clients), max((len(o) for o in orders), default=0)
+    b_n = max((len(pos) for o in orders for pos in o), default=1)
+    rows = torch.zeros(k_n, s_n, b_n, dtype=torch.long)
+    weights = torch.zeros(k_n, s_n, b_n)
+    for k, (client, order) in enumerate(zip(clients, orders)):
+        idx = client.indices.cpu()
+        for s, pos in enumerate(order):
+            rows[k, s, : len(pos)] = idx[pos]
+            rows[k, s, len(pos) :] = idx[0]
+            weights[k, s, : len(pos)] = 1.0 / len(pos)
+    counts = [len(o) for o in orders]
+    active = (torch.arange(s_n).unsqueeze(0) < torch.tensor(counts).unsqueeze(1)).float()
+    return rows.to(device), weights.to(device), active.to(device), counts
+
+
+def _stack(terms: Sequence[Optional[dict[str, torch.Tensor]]], like: dict[str, torch.Tensor]) -> Optional[dict[str, torch.Tensor]]:
+    """Per-client correction tensors stacked on the client axis (zeros where a client
+    has none); None when no client has one."""
+    if all(t is None for t in terms):
+        return None
+    return {
+        k: torch.stack([t[k].to(v.device, v.dtype) if t is not None else torch.zeros_like(v[0]) for t in terms])
+        for k, v in like.items()
+    }
+
+
+def _expand(vec: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A ``[K]`` vector shaped to broadcast against a stacked ``[K, ...]`` tensor."""
+    return vec.reshape(-1, *([1] * (like.dim() - 1)))
+
+
+def train_cohort(
+    model: nn.Module,
+    data: ArrayDataset,
+    clients: Sequence[CohortClient],
+    settings: TrainSettings,
+    device: torch.device,
+) -> tuple[list["OrderedDict[str, torch.Tensor]"], list[TrainResult]]:
+    """Train every client of ``clients`` from ``model``'s current parameters, at once.
+
+    Returns each client's trained parameters (``named_parameters`` order, on
+    ``device``) and its :class:`TrainResult` (examples, steps, mean mini-batch loss
+    without the rule's terms), as :func:`clients.train.local_train` would give them
+    one client at a time. ``model`` itself is not changed. ``data`` lives on ``device``.
+
+    Raises
+    ------
+    ValueError
+        When the model cannot be batched (:func:`unsupported_reason`) or the optimiser
+        is unknown.
+    """
+    reason = unsupported_reason(model)
+    if reason is not None:
+        raise ValueError(f"cohort training cannot batch this model: {reason}")
+    if settings.optimizer not in ("sgd", "adam"):
+        raise ValueError(f"unknown optimizer {settings.optimizer!r}: use sgd or adam")
+    k_n = len(clients)
+    if k_n == 0:
+        return [], []
+    model.train()
+    names = [n for n, _ in model.named_parameters()]
+    start = {n: p.detach() for n, p in model.named_parameters()}
+    buffers = {n: b.detach() for n, b in model.named_buffers()}
+    params = {n: p.unsqueeze(0).repeat(k_n, *([1] * p.dim())).contiguous() for n, p in start.items()}
+    rows, weights, active, counts = _schedule(clients, settings, device)
+    correction = _stack([c.terms.correction for c in clients], params)
+    mu = torch.tensor([c.terms.prox_mu for c in clients], device=device)
+    use_prox = bool((mu > 0).any())
+    lr, wd, momentum = settings.lr, settings.weight_decay, settings.momentum
+    adam = settings.optimizer == "adam"
+    state1 = {n: torch.zeros_like(p) for n, p in params.items()} if (adam or momentum) else None
+    state2 = {n: torch.zeros_like(p) for n, p in params.items()} if adam else None
+    loss_fn = get_loss(settings.loss).fn
+    loss_sum = torch.zeros(k_n, device=device)
+    shape = data.input_shape
+
+    def forward(p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return functional_call(model, (p, buffers), (x,))
+
+    batched = vmap(forward, in_dims=(0, 0))
+    for s in range(rows.shape[1]):
+        flat = rows[:, s].reshape(-1)
+        x = data.inputs(flat).reshape(k_n, -1, *shape)
+        y = data.labels(flat)
+        leaves = {n: params[n].requires_grad_(True) for n in names}
+        with torch.enable_grad():
+            scores = batched(leaves, x)
+            per_example = loss_fn(scores.reshape(flat.numel(), -1), y, reduction="none").reshape(k_n, -1)
+            per_client = (per_example * weights[:, s]).sum(dim=1)
+            grads = torch.autograd.grad(per_client.sum(), [leaves[n] for n in names])
+        step_on = active[:, s]
+        loss_sum += per_client.detach() * step_on
+        with torch.no_grad():
+            for n, g in zip(names, grads):
+                p = params[n].detach()
+                if correction is not None:
+                    g = g + correction[n]
+                if use_prox:
+                    g = g + _expand(mu, p) * (p - start[n])
+                if wd:
+                    g = g + wd * p
+                if adam:
+                    b1, b2 = ADAM_BETAS
+                    t = s + 1  # steps are a prefix: every active client is at step s + 1
+                    state1[n].mul_(b1).add_(g, alpha=1 - b1)
+                    state2[n].mul_(b2).addcmul_(g, g, value=1 - b2)
+                    denom = (state2[n].sqrt() / math.sqrt(1 - b2**t)).add_(ADAM_EPS)
+                    update = state1[n] / denom * (lr / (1 - b1**t))
+                elif momentum:
+                    state1[n].mul_(momentum).add_(g)
+                    update = state1[n] * lr
+                else:
+                    update = g * lr
+                params[n] = p - update * _expand(step_on, p)
+    losses = loss_sum.cpu().tolist()  # the one host synchronisation of the cohort
+    results = [
+        TrainResult(num_examples=len(c.indices), num_steps=n, train_loss=losses[k] / n if n else math.nan)
+        for k, (c, n) in enumerate(zip(clients, counts))
+    ]
+    trained = [OrderedDict((n, params[n][k].detach()) for n in names) for k in range(k_n)]
+    return trained, results
+
