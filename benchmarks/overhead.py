@@ -1,16 +1,27 @@
-"""Whole-process wall time: ``fedflex run`` (Flower + Ray) against a plain PyTorch loop.
+"""Whole-process wall time: ``fedflex run`` against a plain sequential PyTorch loop.
 
-Both processes do the same local work (scenarios/bench_fmnist.yaml: FMNIST, 50 clients,
-5 per round, 1 local epoch of the small CNN) and are timed from process start to exit,
-start-up included, alternating, several pairs; the medians and their ratio are printed.
+Both processes do the same local work (scenarios/bench_fmnist.yaml: FMNIST, the small
+CNN, 1 local epoch, batch 32, SGD momentum 0.9) and are timed from process start to
+exit, start-up included, alternating, several pairs; medians and ratios to the plain
+loop are printed side by side, one block per case:
 
-    python benchmarks/overhead.py --rounds 10 100 --pairs 3 --backends ray local [extra overrides ...]
+- ``k5``: 50 clients, 5 per round;
+- ``k100``: 1,000 clients, 100 per round;
+- ``k100of10k``: 10,000 clients, 100 per round (plain loop too: same work).
 
-Each backend (``simulation.backend``: ray = Flower's Ray simulation, local = the same
-apps in one process) is timed beside the plain loop in the same alternating pairs.
+Variants (``backend:vectorize``): ``local:off`` (in-process, one client at a time),
+``local:on`` / ``local:auto`` (in-process cohorts, :mod:`clients.cohort`), ``ray:off``
+(Flower's Ray simulation, one message per client) and ``ray:on`` / ``ray:auto`` (one
+cohort message per Ray worker). ``--device cuda`` puts data and model of the plain loop
+on the GPU and runs fedflex with ``client.device=cuda`` (and ``simulation.num_gpus``
+1/workers on Ray).
+
+    python benchmarks/overhead.py --cases k5 k100 --rounds 10 --pairs 2 \\
+        --variants local:off local:on ray:off ray:on [--device cuda] [overrides ...]
 """
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -19,6 +30,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+CASES = {
+    "k5": ["num_clients=50", "strategy.sampler.clients_per_round=5"],
+    "k100": ["num_clients=1000", "strategy.sampler.clients_per_round=100"],
+    "k100of10k": ["num_clients=10000", "strategy.sampler.clients_per_round=100", "partition.min_size=2"],
+}
 
 
 def timed(cmd: list[str]) -> float:
@@ -30,34 +47,46 @@ def timed(cmd: list[str]) -> float:
     return dt
 
 
+def variant_overrides(variant: str, device: str) -> list[str]:
+    backend, vectorize = variant.split(":")
+    ov = [f"simulation.backend={backend}", f"simulation.vectorize={vectorize}", f"client.device={device}"]
+    if device == "cuda" and backend == "ray":
+        ov.append(f"simulation.num_gpus={1 / max(1, os.cpu_count() or 1):.4f}")
+    return ov
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, nargs="+", default=[10, 100])
-    parser.add_argument("--pairs", type=int, default=3)
-    parser.add_argument("--backends", nargs="+", default=["ray"], choices=["ray", "local"])
+    parser.add_argument("--cases", nargs="+", default=["k5", "k100"], choices=sorted(CASES))
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--variants", nargs="+", default=["local:off", "local:on", "ray:off", "ray:on"])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--scenario", default=str(ROOT / "scenarios" / "bench_fmnist.yaml"))
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    print(f"{'rounds':>6} {'backend':>8} {'plain s':>9} {'fedflex s':>10} {'ratio':>6}   (medians of {args.pairs} pairs)")
-    for rounds in args.rounds:
-        ov = [f"rounds={rounds}", *args.overrides]
-        plain: list[float] = []
-        flex: dict[str, list[float]] = {b: [] for b in args.backends}
+    print(f"device {args.device}; {args.rounds} rounds; medians of {args.pairs} runs each, alternating", flush=True)
+    for case in args.cases:
+        ov = [f"rounds={args.rounds}", *CASES[case], *args.overrides]
+        times: dict[str, list[float]] = {"plain": [], **{v: [] for v in args.variants}}
         for i in range(args.pairs):
             with tempfile.TemporaryDirectory() as tmp:
-                cmds = [(plain, [sys.executable, str(ROOT / "benchmarks" / "plain_loop.py"), args.scenario, *ov])]
-                for b in args.backends:
-                    cmds.append((flex[b], [sys.executable, "-m", "fedflex.cli", "run", args.scenario, *ov,
-                                           f"simulation.backend={b}", "--out", f"{tmp}/out-{b}"]))
+                cmds = [("plain", [sys.executable, str(ROOT / "benchmarks" / "plain_loop.py"), args.scenario, *ov,
+                                   "--device", args.device])]
+                for v in args.variants:
+                    out = f"{tmp}/out-{v.replace(':', '-')}"
+                    cmds.append((v, [sys.executable, "-m", "fedflex.cli", "run", args.scenario, *ov,
+                                     *variant_overrides(v, args.device), "--out", out]))
                 if i % 2:
                     cmds.reverse()
-                for sink, cmd in cmds:
-                    sink.append(timed(cmd))
-        p = statistics.median(plain)
-        for b in args.backends:
-            f = statistics.median(flex[b])
-            print(f"{rounds:>6} {b:>8} {p:>9.1f} {f:>10.1f} {f / p:>6.2f}   plain={[round(x, 1) for x in plain]} "
-                  f"fedflex={[round(x, 1) for x in flex[b]]}", flush=True)
+                for name, cmd in cmds:
+                    times[name].append(timed(cmd))
+        plain = statistics.median(times["plain"])
+        print(f"\ncase {case} ({' '.join(CASES[case])})", flush=True)
+        print(f"{'variant':>10} {'wall s':>8} {'/ plain':>8}   runs")
+        for name, ts in times.items():
+            med = statistics.median(ts)
+            print(f"{name:>10} {med:>8.1f} {med / plain:>8.2f}   {[round(t, 1) for t in ts]}", flush=True)
 
 
 if __name__ == "__main__":

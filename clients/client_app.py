@@ -122,7 +122,13 @@ def _reply(msg: Message, pid: int, task: Task, out: RuleOutput) -> Message:
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Run the message's local rule on this node's partition; reply with the local model,
-    the rule's further array records and the metrics."""
+    the rule's further array records and the metrics. A simulation's cohort message
+    (several clients in one, :mod:`fedflex.cohort_grid`) goes to
+    :func:`clients.cohort_app.train_packed`."""
+    if keys.COHORT_CLIENTS in msg.content[keys.CONFIG]:
+        from clients.cohort_app import train_packed
+
+        return train_packed(msg, context)
     task = _task(msg, context)
     rule = LOCAL_RULES[_rule_name(msg)]
     _load_global(task, msg)

@@ -185,6 +185,9 @@ def train_cohort(
     without the rule's terms), as :func:`clients.train.local_train` would give them
     one client at a time. ``model`` itself is not changed. ``data`` lives on ``device``.
 
+    Clients are ordered by their number of steps (longest first), so the clients still
+    training at step ``s`` are a prefix of the cohort and each step computes only them.
+
     Raises
     ------
     ValueError
@@ -196,15 +199,40 @@ def train_cohort(
         raise ValueError(f"cohort training cannot batch this model: {reason}")
     if settings.optimizer not in ("sgd", "adam"):
         raise ValueError(f"unknown optimizer {settings.optimizer!r}: use sgd or adam")
-    k_n = len(clients)
-    if k_n == 0:
+    if not clients:
         return [], []
+    rows, weights, _active, counts = _schedule(clients, settings, device)
+    order = sorted(range(len(clients)), key=lambda k: -counts[k])  # longest first (stable)
+    pos = torch.tensor(order, device=device)
+    rows, weights = rows[pos], weights[pos]
+    live = [sum(1 for k in order if counts[k] > s) for s in range(rows.shape[1])]  # clients at step s
+    params, losses = _train_sorted(model, data, [clients[k] for k in order], rows, weights, live, settings, device)
+    results, trained = [None] * len(clients), [None] * len(clients)
+    for j, k in enumerate(order):
+        n = counts[k]
+        results[k] = TrainResult(num_examples=len(clients[k].indices), num_steps=n,
+                                 train_loss=losses[j] / n if n else math.nan)
+        trained[k] = OrderedDict((name, p[j]) for name, p in params.items())
+    return trained, results
+
+
+def _train_sorted(
+    model: nn.Module,
+    data: ArrayDataset,
+    clients: Sequence[CohortClient],
+    rows: torch.Tensor,
+    weights: torch.Tensor,
+    live: list[int],
+    settings: TrainSettings,
+    device: torch.device,
+) -> tuple[dict[str, torch.Tensor], list[float]]:
+    """The batched steps; ``live[s]`` clients (a prefix) train at step ``s``."""
+    k_n = len(clients)
     model.train()
-    names = [n for n, _ in model.named_parameters()]
     start = {n: p.detach() for n, p in model.named_parameters()}
+    names = list(start)
     buffers = {n: b.detach() for n, b in model.named_buffers()}
     params = {n: p.unsqueeze(0).repeat(k_n, *([1] * p.dim())).contiguous() for n, p in start.items()}
-    rows, weights, active, counts = _schedule(clients, settings, device)
     correction = _stack([c.terms.correction for c in clients], params)
     mu = torch.tensor([c.terms.prox_mu for c in clients], device=device)
     use_prox = bool((mu > 0).any())
@@ -220,45 +248,38 @@ def train_cohort(
         return functional_call(model, (p, buffers), (x,))
 
     batched = vmap(forward, in_dims=(0, 0))
-    for s in range(rows.shape[1]):
-        flat = rows[:, s].reshape(-1)
-        x = data.inputs(flat).reshape(k_n, -1, *shape)
+    for s, m in enumerate(live):
+        flat = rows[:m, s].reshape(-1)
+        x = data.inputs(flat).reshape(m, -1, *shape)
         y = data.labels(flat)
-        leaves = {n: params[n].requires_grad_(True) for n in names}
+        leaves = {n: params[n][:m].detach().requires_grad_(True) for n in names}
         with torch.enable_grad():
             scores = batched(leaves, x)
-            per_example = loss_fn(scores.reshape(flat.numel(), -1), y, reduction="none").reshape(k_n, -1)
-            per_client = (per_example * weights[:, s]).sum(dim=1)
+            per_example = loss_fn(scores.reshape(flat.numel(), -1), y, reduction="none").reshape(m, -1)
+            per_client = (per_example * weights[:m, s]).sum(dim=1)
             grads = torch.autograd.grad(per_client.sum(), [leaves[n] for n in names])
-        step_on = active[:, s]
-        loss_sum += per_client.detach() * step_on
+        loss_sum[:m] += per_client.detach()
         with torch.no_grad():
             for n, g in zip(names, grads):
-                p = params[n].detach()
+                p = params[n][:m]
                 if correction is not None:
-                    g = g + correction[n]
+                    g = g + correction[n][:m]
                 if use_prox:
-                    g = g + _expand(mu, p) * (p - start[n])
+                    g = g + _expand(mu[:m], p) * (p - start[n])
                 if wd:
                     g = g + wd * p
                 if adam:
                     b1, b2 = ADAM_BETAS
-                    t = s + 1  # steps are a prefix: every active client is at step s + 1
-                    state1[n].mul_(b1).add_(g, alpha=1 - b1)
-                    state2[n].mul_(b2).addcmul_(g, g, value=1 - b2)
-                    denom = (state2[n].sqrt() / math.sqrt(1 - b2**t)).add_(ADAM_EPS)
-                    update = state1[n] / denom * (lr / (1 - b1**t))
+                    t = s + 1  # steps are a prefix: every live client is at step s + 1
+                    m1, m2 = state1[n][:m], state2[n][:m]
+                    m1.mul_(b1).add_(g, alpha=1 - b1)
+                    m2.mul_(b2).addcmul_(g, g, value=1 - b2)
+                    denom = (m2.sqrt() / math.sqrt(1 - b2**t)).add_(ADAM_EPS)
+                    p.sub_(m1 / denom * (lr / (1 - b1**t)))
                 elif momentum:
-                    state1[n].mul_(momentum).add_(g)
-                    update = state1[n] * lr
+                    buf = state1[n][:m]
+                    buf.mul_(momentum).add_(g)
+                    p.sub_(buf * lr)
                 else:
-                    update = g * lr
-                params[n] = p - update * _expand(step_on, p)
-    losses = loss_sum.cpu().tolist()  # the one host synchronisation of the cohort
-    results = [
-        TrainResult(num_examples=len(c.indices), num_steps=n, train_loss=losses[k] / n if n else math.nan)
-        for k, (c, n) in enumerate(zip(clients, counts))
-    ]
-    trained = [OrderedDict((n, params[n][k].detach()) for n in names) for k in range(k_n)]
-    return trained, results
-
+                    p.sub_(g * lr)
+    return {n: p.detach() for n, p in params.items()}, loss_sum.cpu().tolist()  # one host sync

@@ -10,8 +10,10 @@ the node state updated the same way), but trains the clients as batched cohorts
 - ``vectorize="off"``: one by one, always;
 - ``vectorize="on"``: cohorts whenever the rule and the model allow it;
 - ``vectorize="auto"``: the first batch of each (task, rule, cohort size) times a few
-  steps both ways on the batch's own clients and keeps the faster way (logged once); a
-  2-core CPU may well prefer one by one.
+  steps both ways on the batch's own clients; every round then predicts its time both
+  ways from its clients' step counts (one by one: the sum; a cohort: the longest
+  client's, per chunk) and takes the faster (logged when the choice changes); a 2-core
+  CPU may well prefer one by one.
 
 Rules with their own loop (``bherd``, ``grab``) and models with BatchNorm statistics run
 one by one, with one log line saying so. Cohorts are cut into chunks that fit the
@@ -23,19 +25,20 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import logging
 import time
 from collections import OrderedDict
 from typing import Callable, Optional, Sequence
 
 import torch
-from flwr.app import Context, Error, Message, MessageType
+from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordDict
 
 from clients.client_app import _load_global, _partition_id, _reply, _rule_input, _rule_name, _task
 from clients.cohort import CohortClient, cohort_chunk_size, train_cohort, unsupported_reason
 from clients.rules import RULE_STEPS
 from clients.runtime import Task
-from clients.train import TrainSettings, local_train
+from clients.train import TrainSettings, local_train, num_steps
 from fedflex import keys
 
 logger = logging.getLogger(__name__)
@@ -43,7 +46,8 @@ logger = logging.getLogger(__name__)
 VECTORIZE_MODES = ("auto", "on", "off")
 Deliver = Callable[[Message, Context], Message]
 ERROR_CLIENT_APP_RAISED = 2  # Flower's ErrorCode.CLIENT_APP_RAISED_EXCEPTION
-CALIBRATION_STEPS = 3  # steps per client timed each way by vectorize=auto
+CALIBRATION_STEPS = 1  # steps timed each way by vectorize=auto (after 1 warm-up step)
+CALIBRATION_CLIENTS = 16  # most clients timed one by one (their mean step cost is what counts)
 CALIBRATION_MARGIN = 0.9  # cohorts must take at most this share of the one-by-one time
 
 
@@ -65,7 +69,8 @@ class CohortTrainer:
             raise ValueError(f"cohort_size = {cohort_size}: must be >= 0 (0: fit the device)")
         self.vectorize = vectorize
         self.cohort_size = cohort_size
-        self._choice: dict[tuple, bool] = {}  # (task, rule, size bucket) -> batched?
+        self._costs: dict[tuple, tuple[float, float]] = {}  # (task, rule, size bucket) -> step costs
+        self._choice: dict[tuple, bool] = {}  # the last choice per key (logged when it changes)
         self._said: set[str] = set()
         self.last_mode: str = ""  # "cohort" or "sequential": how the last batch ran (tests, logs)
 
@@ -121,47 +126,73 @@ class CohortTrainer:
         return min(k, cohort_chunk_size(task.model, example, settings, task.device))
 
     def _prefer_batched(self, task: Task, rule: str, group, settings: TrainSettings, chunk: int) -> bool:
+        """``on``: yes. ``auto``: predict this round both ways from step costs timed once
+        per (task, rule, cohort size): one by one costs the sum of the clients' steps; a
+        cohort's step costs ``c(m)`` for the ``m`` clients still training (linear between
+        the timed 1 and ``size`` clients)."""
         if self.vectorize == "on":
             return True
         size = min(len(group), chunk)
         bucket = 1 << (size - 1).bit_length()
         key = (id(task), rule, bucket)
-        if key not in self._choice:
-            seq_s, coh_s = self._calibrate(task, group[:size], settings)
-            batched = coh_s <= CALIBRATION_MARGIN * seq_s
-            self._choice[key] = batched
+        if key not in self._costs:
+            self._costs[key] = self._calibrate(task, group[:size], settings)
+            seq, one, full = self._costs[key]
             logger.info(
-                "cohorts (simulation.vectorize=auto): %d clients x %d steps took %.1f ms batched, %.1f ms one by one "
-                "on %s: training %s",
-                size, CALIBRATION_STEPS, 1e3 * coh_s, 1e3 * seq_s, task.device,
+                "cohorts (simulation.vectorize=auto): one step on %s took %.2f ms per client one by one, "
+                "%.2f ms for 1 and %.2f ms for %d clients batched",
+                task.device, 1e3 * seq, 1e3 * one, 1e3 * full, size,
+            )
+        seq, one, full = self._costs[key]
+        per_client = (full - one) / max(size - 1, 1)
+        steps = sorted((num_steps(len(task.client_indices(_partition_id(ctx))), settings) for _, ctx in group), reverse=True)
+        coh_s = 0.0
+        for lo in range(0, len(steps), chunk):
+            part = steps[lo : lo + chunk]
+            live = [sum(1 for n in part if n > s) for s in range(part[0] if part else 0)]
+            coh_s += sum(one + per_client * (m - 1) for m in live)
+        seq_s = seq * sum(steps)
+        batched = coh_s <= CALIBRATION_MARGIN * seq_s
+        if self._choice.get(key) != batched:  # the first choice at INFO, later changes at DEBUG
+            logger.log(
+                logging.INFO if key not in self._choice else logging.DEBUG,
+                "cohorts (simulation.vectorize=auto): %d clients, %d steps in all, at most %d each: "
+                "predicted %.0f ms batched vs %.0f ms one by one: training %s (predicted again every round)",
+                len(group), sum(steps), steps[0] if steps else 0, 1e3 * coh_s, 1e3 * seq_s,
                 "in cohorts" if batched else "one client at a time",
             )
-        return self._choice[key]
+        self._choice[key] = batched
+        return batched
 
-    def _calibrate(self, task: Task, group, settings: TrainSettings) -> tuple[float, float]:
-        """Seconds for CALIBRATION_STEPS steps of each client, one by one and batched (on
-        copies: no model, state or random stream of the run is touched)."""
+    def _calibrate(self, task: Task, group, settings: TrainSettings) -> tuple[float, float, float]:
+        """Seconds per step: one client one by one (mean over at most CALIBRATION_CLIENTS),
+        and batched for 1 and ``len(group)`` clients (on copies: no model, state or random
+        stream of the run is touched). A cohort's step cost grows faster than linearly in
+        its size on a CPU, so it is timed at the full size, not extrapolated."""
+        warm = dataclasses.replace(settings, steps=1, epochs=1)
         probe = dataclasses.replace(settings, steps=CALIBRATION_STEPS, epochs=1)
         indices = [task.client_indices(_partition_id(ctx)) for _, ctx in group]
         model = copy.deepcopy(task.model)
 
-        def one_by_one() -> None:
-            for ix in indices:
-                local_train(copy.deepcopy(model), task.train, ix, probe, torch.Generator().manual_seed(0), task.device)
+        def one_by_one(settings: TrainSettings) -> None:
+            for ix in indices[:CALIBRATION_CLIENTS]:
+                local_train(copy.deepcopy(model), task.train, ix, settings, torch.Generator().manual_seed(0), task.device)
 
-        def batched() -> None:
-            clients = [CohortClient(ix, torch.Generator().manual_seed(0)) for ix in indices]
-            train_cohort(model, task.train, clients, probe, task.device)
+        def batched(ixs) -> Callable[[TrainSettings], None]:
+            def run(settings: TrainSettings) -> None:
+                clients = [CohortClient(ix, torch.Generator().manual_seed(0)) for ix in ixs]
+                train_cohort(model, task.train, clients, settings, task.device)
+            return run
 
         times = []
-        for fn in (one_by_one, batched):
-            fn()  # warm-up: first calls allocate and pick kernels
+        for fn in (one_by_one, batched([max(indices, key=len)]), batched(indices)):
+            fn(warm)  # warm-up: first calls allocate and pick kernels
             _sync(task.device)
             t0 = time.perf_counter()
-            fn()
+            fn(probe)
             _sync(task.device)
-            times.append(time.perf_counter() - t0)
-        return times[0], times[1]
+            times.append((time.perf_counter() - t0) / CALIBRATION_STEPS)
+        return times[0] / min(len(indices), CALIBRATION_CLIENTS), times[1], times[2]
 
     # ------------------------------------------------------------------ the cohort
     def _batched(self, group: Sequence[tuple[Message, Context]], deliver: Deliver) -> Optional[list[Message]]:
@@ -188,6 +219,8 @@ class CohortTrainer:
                 started.append((i, steps.start(inp, x)))
             except Exception as exc:  # this client's error reply; the others go on
                 replies[i] = _error_reply(msg, exc)
+        # chunks of similar step counts: a cohort costs its longest client's steps
+        started.sort(key=lambda item: -num_steps(len(inputs[item[0]].indices), settings))
         state = task.model.state_dict()
         for lo in range(0, len(started), chunk):
             part = started[lo : lo + chunk]
@@ -214,3 +247,55 @@ def _error_reply(msg: Message, exc: Exception) -> Message:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+# ---------------------------------------------------------------------------- Ray: packed messages
+_TRAINERS: dict[tuple[str, int], CohortTrainer] = {}  # one per worker process and setting
+
+
+def train_packed(msg: Message, context: Context) -> Message:
+    """Answer a cohort message of :class:`fedflex.cohort_grid.CohortGrid`: train every
+    client it names (their node states travel in the message) and pack their replies
+    and states into one reply (``<client>|<record>``, ``state|<client>|<record>``, or a
+    ``<client>|cohort-error`` config record for a client whose training failed)."""
+    from clients.client_app import train
+    from fedflex.cohort_grid import client_record, state_record
+
+    config = msg.content[keys.CONFIG]
+    clients = [int(c) for c in json.loads(str(config[keys.COHORT_CLIENTS]))]
+    setting = (str(config[keys.COHORT_VECTORIZE]), int(config[keys.COHORT_SIZE]))
+    trainer = _TRAINERS.setdefault(setting, CohortTrainer(*setting))
+    shared = RecordDict()
+    states: dict[int, RecordDict] = {c: RecordDict() for c in clients}
+    for name, record in msg.content.items():
+        owner = next((c for c in clients if name.startswith(state_record(c, ""))), None)
+        if owner is not None:
+            states[owner][name[len(state_record(owner, "")) :]] = record
+        elif name == keys.CONFIG:
+            shared[name] = ConfigRecord({k: v for k, v in config.items() if not k.startswith("cohort-")})
+        else:
+            shared[name] = record
+    pairs = []
+    for c in clients:
+        node_config = {**context.node_config, keys.NODE_PARTITION_ID: c}
+        ctx = Context(run_id=context.run_id, node_id=context.node_id, node_config=node_config,
+                      state=states[c], run_config=context.run_config)
+        pairs.append((Message(content=shared, metadata=copy.copy(msg.metadata)), ctx))
+
+    def deliver(m: Message, ctx: Context) -> Message:
+        try:
+            return train(m, ctx)
+        except Exception as exc:
+            return _error_reply(m, exc)
+
+    packed = RecordDict()
+    for (m, ctx), reply in zip(pairs, trainer(pairs, deliver)):
+        c = int(ctx.node_config[keys.NODE_PARTITION_ID])
+        if reply.has_error():
+            packed[client_record(c, keys.COHORT_ERROR)] = ConfigRecord({"reason": reply.error.reason})
+            continue
+        for name, record in reply.content.items():
+            packed[client_record(c, name)] = record
+        for name, record in ctx.state.items():
+            packed[state_record(c, name)] = record
+    return Message(content=packed, reply_to=msg)

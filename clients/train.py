@@ -75,6 +75,23 @@ def make_optimizer(params, settings: TrainSettings) -> torch.optim.Optimizer:
     raise ValueError(f"unknown optimizer {settings.optimizer!r}: use sgd or adam")
 
 
+def num_steps(n: int, settings: TrainSettings) -> int:
+    """How many mini-batches :func:`batch_order` gives a client with ``n`` examples.
+
+    Examples
+    --------
+    >>> num_steps(70, TrainSettings(epochs=2, batch_size=32))
+    6
+    >>> num_steps(70, TrainSettings(steps=5, batch_size=32)), num_steps(0, TrainSettings(steps=5))
+    (5, 0)
+    """
+    if n == 0:
+        return 0
+    if settings.steps is not None:
+        return settings.steps
+    return settings.epochs * -(-n // settings.batch_size)
+
+
 def batch_order(n: int, settings: TrainSettings, generator: torch.Generator) -> list[torch.Tensor]:
     """Positions (0..n-1) of each mini-batch of one round.
 

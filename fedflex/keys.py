@@ -52,3 +52,9 @@ FEDNOVA_A_NORM = "fednova-a-norm"  # FedNova: ||a_i||_1 (tau_i for plain SGD)
 NODE_PARTITION_ID = "partition-id"
 NODE_NUM_PARTITIONS = "num-partitions"
 NODE_DATA_PATH = "data-path"
+
+# Cohort messages (simulation only: fedflex.cohort_grid <-> clients.cohort_app)
+COHORT_CLIENTS = "cohort-clients"  # JSON list of the client ids a packed train message trains
+COHORT_VECTORIZE = "cohort-vectorize"  # simulation.vectorize for the worker
+COHORT_SIZE = "cohort-size"  # simulation.cohort_size for the worker
+COHORT_ERROR = "cohort-error"  # a packed reply's config record for a client that failed

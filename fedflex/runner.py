@@ -34,6 +34,30 @@ def backend_config(cfg: ScenarioConfig) -> dict:
     return {"client_resources": resources, "init_args": init_args}
 
 
+def ray_workers(cfg: ScenarioConfig) -> int:
+    """How many virtual clients the Ray pool runs at once (cores / num_cpus, and GPUs /
+    num_gpus when clients ask for GPUs)."""
+    workers = int((os.cpu_count() or 1) // cfg.simulation.num_cpus)
+    if cfg.simulation.num_gpus > 0:
+        import torch
+
+        workers = min(workers, int(torch.cuda.device_count() // cfg.simulation.num_gpus))
+    return max(1, workers)
+
+
+def cohort_grid(cfg: ScenarioConfig):
+    """``wrap_grid`` for the ServerApp: one cohort message per Ray worker and round
+    (:mod:`fedflex.cohort_grid`), or None with ``simulation.vectorize=off``."""
+    if cfg.simulation.vectorize == "off":
+        return None
+    from fedflex.cohort_grid import CohortGrid
+
+    def wrap(grid, client_of):
+        return CohortGrid(grid, client_of, ray_workers(cfg), cfg.simulation.vectorize, cfg.simulation.cohort_size)
+
+    return wrap
+
+
 class _DropRunSimulationDeprecation(logging.Filter):
     """fedflex drives Flower's simulation runtime through run_simulation on purpose (it
     runs the ServerApp in-process); its deprecation notice says nothing to our users."""
@@ -74,7 +98,7 @@ def run(cfg: ScenarioConfig, out_dir: Optional[Path], verbose: bool = False, res
         run_server(grid, cfg, out_dir, data, resume=resume)
         return
     run_simulation(
-        server_app=make_server_app(cfg, out_dir, data=data, resume=resume),
+        server_app=make_server_app(cfg, out_dir, data=data, resume=resume, wrap_grid=cohort_grid(cfg)),
         client_app=client_app,
         num_supernodes=cfg.num_clients,
         backend_name=cfg.simulation.backend,

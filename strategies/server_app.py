@@ -19,7 +19,7 @@ import shlex
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -124,12 +124,14 @@ def run_server(
     out_dir: Optional[Path],
     data: Optional[FederatedData] = None,
     resume: Optional[dict] = None,
+    wrap_grid: Optional[Callable[[Grid, Callable[[int], Optional[int]]], Grid]] = None,
 ) -> Result:
     """Run the scenario's rounds on ``grid``; write results to ``out_dir`` (if given).
 
     ``data``: the loaded data set, when the caller has it already. ``resume``: a
     checkpoint (:func:`load_checkpoint`) to continue from; ``out_dir``'s metrics are kept
-    up to its round.
+    up to its round. ``wrap_grid(grid, client_of)``: a Grid to use instead of ``grid``,
+    given the node id -> client id lookup (the runner's cohort messages on Ray).
     """
     t_start = time.perf_counter()
     if type(grid).__name__ == "InMemoryGrid":
@@ -204,6 +206,8 @@ def run_server(
     wait_n = cfg.num_clients if simulated else cfg.deployment.wait_for_nodes
     if wait_n:
         strategy.nodes.wait_for(grid, wait_n, cfg.deployment.wait_timeout, poll=0.05 if simulated else 1.0)
+    if wrap_grid is not None:
+        grid = wrap_grid(grid, strategy.nodes.client_of)
     try:
         result = strategy.start(
             grid,
@@ -248,14 +252,18 @@ def run_server(
 
 
 def make_server_app(
-    cfg: ScenarioConfig, out_dir: Optional[Path], data: Optional[FederatedData] = None, resume: Optional[dict] = None
+    cfg: ScenarioConfig,
+    out_dir: Optional[Path],
+    data: Optional[FederatedData] = None,
+    resume: Optional[dict] = None,
+    wrap_grid: Optional[Callable[[Grid, Callable[[int], Optional[int]]], Grid]] = None,
 ) -> ServerApp:
     """A ServerApp bound to a loaded scenario (used by the runner)."""
     server_app = ServerApp()
 
     @server_app.main()
     def _main(grid: Grid, context: Context) -> None:
-        run_server(grid, cfg, out_dir, data, resume=resume)
+        run_server(grid, cfg, out_dir, data, resume=resume, wrap_grid=wrap_grid)
 
     return server_app
 

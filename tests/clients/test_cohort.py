@@ -289,5 +289,52 @@ def test_auto_picks_one_way_says_which_and_keeps_it(caplog):
         _, messages = _train_messages(cfg, grid)
         grid.send_and_receive(messages)
     assert first in ("cohort", "sequential") and trainer.last_mode == first
-    assert caplog.text.count("simulation.vectorize=auto") == 1
+    assert caplog.text.count("one step on cpu took") == 1  # timed once
+    assert caplog.text.count(": training ") == 1  # the choice, said when it is made
     assert json.dumps(first)  # a plain string
+
+
+# ---------------------------------------------------------------------------- Ray: packed messages
+def test_cohort_grid_packs_a_round_into_one_message_per_worker_and_unpacks_the_replies():
+    # Prepare: the packing grid over an in-process grid (stands in for Flower's simulation
+    # grid: each packed message reaches the first client's node through the ClientApp)
+    from fedflex.cohort_grid import CohortGrid
+
+    cfg = load_scenario(None, BASE + ["strategy.local_rule.name=scaffold"])
+    inner = LocalGrid(client_app, cfg.num_clients, seed=1)
+    client_of = {n: int(c.node_config["partition-id"]) for n, c in inner.contexts.items()}
+    packed = CohortGrid(inner, client_of.get, workers=2, vectorize="on")
+    plain = LocalGrid(client_app, cfg.num_clients, seed=1)
+    model = runtime.get_task(str(train_config(cfg)[keys.TASK])).model
+    payload = {keys.SCAFFOLD_C: {k: torch.full_like(p, 0.01) for k, p in model.named_parameters()}}
+    for _ in range(2):  # round 2 uses the c_i that round 1 left in the (grid-held) state
+        _, messages = _train_messages(cfg, packed, payload)
+        got = list(packed.send_and_receive(messages))
+        sent_now = inner.sent[-2:]
+        _, messages = _train_messages(cfg, plain, payload)
+        ref = list(plain.send_and_receive(messages))
+    # Assert: two messages went out per round, each reply comes from its client's node
+    assert [len(json.loads(m.content[keys.CONFIG][keys.COHORT_CLIENTS])) for m in sent_now] == [3, 3]
+    node_of = {c: n for n, c in client_of.items()}
+    assert sorted(r.metadata.src_node_id for r in got) == sorted(node_of.values())
+    by_pid = {int(r.content[keys.METRICS][keys.PARTITION_ID]): r for r in ref}
+    for r in got:
+        pid = int(r.content[keys.METRICS][keys.PARTITION_ID])
+        assert r.metadata.src_node_id == node_of[pid]
+        a, b = r.content[keys.SCAFFOLD_DC].to_torch_state_dict(), by_pid[pid].content[keys.SCAFFOLD_DC].to_torch_state_dict()
+        assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a)
+    assert set(packed.states) == set(range(cfg.num_clients))
+    assert all(keys.SCAFFOLD_CI in s for s in packed.states.values())
+
+
+def test_cohort_grid_turns_a_clients_failure_into_that_clients_error_reply():
+    from fedflex.cohort_grid import CohortGrid
+
+    cfg = load_scenario(None, BASE + ["strategy.local_rule.name=scaffold"])
+    inner = LocalGrid(client_app, cfg.num_clients, seed=1)
+    client_of = {n: int(c.node_config["partition-id"]) for n, c in inner.contexts.items()}
+    packed = CohortGrid(inner, client_of.get, workers=2, vectorize="on")
+    _, messages = _train_messages(cfg, packed)  # no scaffold-c record: every client fails
+    replies = list(packed.send_and_receive(messages))
+    assert len(replies) == cfg.num_clients
+    assert all(r.has_error() and "control variate" in r.error.reason for r in replies)

@@ -1,0 +1,179 @@
+"""Cohort messages on Flower's simulation runtime (Ray backend).
+
+Flower's simulation gives every client its own virtual SuperNode and every train
+message its own trip through the Ray worker pool. :class:`CohortGrid` wraps the
+simulation's Grid so that one round's train messages (one per sampled client, the same
+content) travel as one message per Ray worker instead: the message goes to the node of
+the cohort's first client and names every client of the cohort (``cohort-clients``);
+that worker trains them together (:class:`clients.cohort_app.CohortTrainer`, batched
+where it pays) and answers once with every client's records; the grid unpacks that
+answer into one reply per client, from the client's own node, so the strategy sees the
+replies it would have seen without cohorts.
+
+The trade-off with Flower's one-node-per-client identity: a cohort runs in the worker
+serving the first client's node, so per-client node state (SCAFFOLD's c_i) cannot live
+in each node's Flower context. The grid keeps it instead, one RecordDict per client id,
+and ships it with the cohort message (``state|<client>|<record>`` records) and back; it
+is the same state Flower's simulation would hold for that node, in the same process.
+A failed cohort message fails each of its clients (error replies). Deployments never
+use this: a real SuperNode is one client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Callable, Iterable, Optional
+
+from flwr.app import ConfigRecord, Error, Message, MessageType, RecordDict
+from flwr.serverapp import Grid
+
+from fedflex import keys
+
+logger = logging.getLogger(__name__)
+
+ERROR_CLIENT_APP_RAISED = 2  # Flower's ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+SEP = "|"
+
+
+def client_record(client: int, name: str) -> str:
+    """Name of client ``client``'s record ``name`` inside a packed reply."""
+    return f"{client}{SEP}{name}"
+
+
+def state_record(client: int, name: str) -> str:
+    """Name of client ``client``'s node-state record ``name`` inside a packed message."""
+    return f"state{SEP}{client}{SEP}{name}"
+
+
+def split_chunks(items: list, parts: int) -> list[list]:
+    """``items`` cut into at most ``parts`` consecutive chunks of near-equal size.
+
+    Examples
+    --------
+    >>> split_chunks([1, 2, 3, 4, 5], 2)
+    [[1, 2, 3], [4, 5]]
+    """
+    parts = max(1, min(parts, len(items)))
+    size, extra = divmod(len(items), parts)
+    out, lo = [], 0
+    for i in range(parts):
+        hi = lo + size + (1 if i < extra else 0)
+        out.append(items[lo:hi])
+        lo = hi
+    return out
+
+
+class CohortGrid(Grid):
+    """A Grid that packs each round's train messages into ``workers`` cohort messages.
+
+    Parameters
+    ----------
+    grid
+        Flower's simulation grid; everything but train batches passes through.
+    client_of
+        Node id -> client id (the strategy's node directory).
+    workers
+        Cohort messages per round (the Ray worker pool's size: more would queue).
+    vectorize, cohort_size
+        ``simulation.vectorize`` / ``simulation.cohort_size``, passed to the workers.
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        client_of: Callable[[int], Optional[int]],
+        workers: int,
+        vectorize: str = "auto",
+        cohort_size: int = 0,
+    ) -> None:
+        self.grid = grid
+        self.client_of = client_of
+        self.workers = max(1, int(workers))
+        self.vectorize = vectorize
+        self.cohort_size = cohort_size
+        self.states: dict[int, RecordDict] = {}  # client id -> its node state
+
+    # ------------------------------------------------------------------ pass-through
+    def __getattr__(self, name):  # e.g. pull_interval of Flower's InMemoryGrid
+        return getattr(self.grid, name)
+
+    def set_run(self, run) -> None:
+        self.grid.set_run(run)
+
+    @property
+    def run(self):
+        return self.grid.run
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None) -> Message:
+        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return self.grid.get_node_ids()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self.grid.pull_messages(message_ids)
+
+    # ------------------------------------------------------------------ cohorts
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: Optional[float] = None) -> Iterable[Message]:
+        messages = list(messages)
+        packable = (
+            self.vectorize != "off"
+            and len(messages) > 1
+            and all(m.metadata.message_type == MessageType.TRAIN for m in messages)
+            and all(m.content is messages[0].content for m in messages)
+            and all(self.client_of(m.metadata.dst_node_id) is not None for m in messages)
+        )
+        if not packable:
+            return self.grid.send_and_receive(messages, timeout=timeout)
+        for m in messages:  # ids for the strategy's reply bookkeeping (error replies)
+            m.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+        by_client = {int(self.client_of(m.metadata.dst_node_id)): m for m in messages}
+        chunks = split_chunks(sorted(by_client), self.workers)
+        packed = [self._pack(messages[0], chunk, by_client[chunk[0]].metadata.dst_node_id) for chunk in chunks]
+        replies = list(self.grid.send_and_receive(packed, timeout=timeout))
+        answered = {r.metadata.reply_to_message_id: r for r in replies}
+        out: list[Message] = []
+        for pack, chunk in zip(packed, chunks):
+            reply = answered.get(pack.metadata.message_id)
+            if reply is None:  # timed out: Flower returns nothing for it either
+                continue
+            out.extend(self._unpack(reply, chunk, by_client))
+        return out
+
+    def _pack(self, template: Message, clients: list[int], node: int) -> Message:
+        content = RecordDict()
+        for name, record in template.content.items():
+            content[name] = record
+        config = ConfigRecord(dict(template.content[keys.CONFIG]))
+        config[keys.COHORT_CLIENTS] = json.dumps(clients)
+        config[keys.COHORT_VECTORIZE] = self.vectorize
+        config[keys.COHORT_SIZE] = self.cohort_size
+        content[keys.CONFIG] = config
+        for c in clients:
+            for name, record in self.states.get(c, RecordDict()).items():
+                content[state_record(c, name)] = record
+        return Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN, ttl=template.metadata.ttl)
+
+    def _unpack(self, reply: Message, clients: list[int], by_client: dict[int, Message]) -> list[Message]:
+        if reply.has_error():
+            return [Message(Error(code=reply.error.code, reason=reply.error.reason), reply_to=by_client[c]) for c in clients]
+        out = []
+        for c in clients:
+            errors = reply.content.config_records.get(client_record(c, keys.COHORT_ERROR))
+            if errors is not None:
+                out.append(Message(Error(code=ERROR_CLIENT_APP_RAISED, reason=str(errors["reason"])), reply_to=by_client[c]))
+                continue
+            content, state = RecordDict(), RecordDict()
+            for name, record in reply.content.items():
+                if name.startswith(state_record(c, "")):
+                    state[name[len(state_record(c, "")) :]] = record
+                elif name.startswith(client_record(c, "")):
+                    content[name[len(client_record(c, "")) :]] = record
+            self.states[c] = state
+            out.append(Message(content=content, reply_to=by_client[c]))
+        return out
