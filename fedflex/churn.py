@@ -100,6 +100,12 @@ class Availability(ABC):
     def online(self, server_round: int) -> np.ndarray:
         """Sorted ``int64`` array of the ids online in ``server_round`` (1-based)."""
 
+    def starts_session(self, server_round: int) -> bool:
+        """Whether the schedule itself starts a session in ``server_round`` (scripted
+        session lists do, even when an entry repeats the previous online set); False:
+        the :class:`SessionTracker`'s rules decide (Markov, trace, live nodes)."""
+        return False
+
     def timeline(self, num_rounds: int) -> np.ndarray:
         """Online mask of rounds ``1 .. num_rounds``.
 
@@ -166,6 +172,12 @@ class _RoundRobinSessions(Availability):
 
     def online(self, server_round: int) -> np.ndarray:
         return self._sets[self.session_index(server_round)].copy()
+
+    def starts_session(self, server_round: int) -> bool:
+        """Every entry of the schedule starts a session (also after cycling), even when
+        its online set equals the previous entry's."""
+        s, offset = divmod(_check_round(server_round) - 1, self.rounds_per_session)
+        return offset == 0 and (self.cycle or s < len(self._sets))
 
     def __repr__(self) -> str:
         return (
@@ -575,8 +587,10 @@ class SessionTracker:
         self._last_round = 0
         self._last_started = False
 
-    def update(self, server_round: int, online: Iterable[int]) -> tuple[int, bool]:
+    def update(self, server_round: int, online: Iterable[int], force: bool = False) -> tuple[int, bool]:
         """Feed the online set of ``server_round``; return ``(session, started_now)``.
+        ``force``: start a session in this round whatever the rules say (a scripted
+        schedule's entry, :meth:`Availability.starts_session`).
 
         Rounds must not go backwards. Asking again for the round last fed returns the
         same answer as the first time (the round's decision is made once).
@@ -596,6 +610,9 @@ class SessionTracker:
         if self.session < 0:
             started = True
             distance = 1.0
+        elif force:
+            started = True
+            distance = _jaccard_distance(self.members, current) if current != self.members else 0.0
         elif current != self.members:
             distance = _jaccard_distance(self.members, current)
             lasted = t - self.session_start_round

@@ -5,6 +5,11 @@
     fedflex deploy local [--nodes N] SCENARIO.yaml [dotted.key=value ...] [--out DIR] [--tls] [--auth]
 
 A bad key or value exits with status 2 and one line naming the key; nothing is written.
+
+Exit status: 0 completed (or stopped at ``evaluation.stop_at_accuracy``); 1 missing data
+or a failed run; 2 a bad scenario, override, ``--out`` or checkpoint (nothing written);
+3 the run diverged (``evaluation.stop_on_divergence``); 128 + N stopped by signal N
+(130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), resumable with ``fedflex run --resume DIR``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from fedflex.config import ConfigError, load_scenario
 from fedflex.results import default_out_dir
 
 EXIT_USAGE = 2
+EXIT_DIVERGED = 3
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -75,15 +81,78 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(f"config error: {exc}")
     out = Path(args.out) if args.out else (Path(cfg.output.dir) if cfg.output.dir else default_out_dir(cfg.name))
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        return _fail(f"--out {out} exists and is not an empty directory: choose another one")
+    problem = _unusable_out(out)
+    if problem:
+        return _fail(problem)
     from fedflex import runner  # imports torch and Flower: after the cheap checks
     from fedflex.data import DataNotFoundError
 
     try:
-        runner.run(cfg, out, verbose=args.verbose)
+        with _interruptible():
+            runner.run(cfg, out, verbose=args.verbose)
     except DataNotFoundError as exc:
         return _fail(str(exc), code=1)
+    return _finished(out)
+
+
+def _unusable_out(out: Path) -> Optional[str]:
+    """Why ``out`` cannot receive results (None: it can); creates it (empty) when new."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        return f"--out {out} exists and is not an empty directory: choose another one"
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".fedflex-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        return f"--out {out} cannot be created or written ({exc.strerror or exc}): choose another directory"
+    return None
+
+
+class _interruptible:
+    """SIGINT / SIGTERM / SIGHUP stop the run at a round boundary (fedflex.interrupts)."""
+
+    def __enter__(self) -> None:
+        from fedflex import interrupts
+
+        interrupts.install()
+
+    def __exit__(self, *exc) -> None:
+        from fedflex import interrupts
+
+        interrupts.uninstall()
+
+
+def _finished(out: Path) -> int:
+    """The exit status and last line of a run, from its summary.json."""
+    import json
+
+    from fedflex import interrupts
+
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = {}
+    status = summary.get("status")
+    last = summary.get("last_round")
+    if status == "interrupted" or interrupts.requested() is not None:
+        signum = interrupts.requested() or 2
+        print(
+            f"fedflex: interrupted after round {last}; results so far in {out}; "
+            f"continue with: fedflex run --resume {out}",
+            file=sys.stderr,
+        )
+        return interrupts.exit_code(signum)
+    if status == "diverged":
+        print(
+            f"fedflex: diverged in round {summary.get('diverged_round')}: {summary.get('divergence')}; "
+            f"results up to it in {out}",
+            file=sys.stderr,
+        )
+        return EXIT_DIVERGED
     print(f"results: {out}", file=sys.stderr)
     return 0
 
@@ -92,7 +161,7 @@ def _resume(args: argparse.Namespace) -> int:
     out = Path(args.resume)
     if args.scenario or args.overrides or args.out:
         return _fail("--resume DIR takes no scenario, overrides or --out: the run continues as configured in DIR/config.yaml")
-    from strategies.server_app import CHECKPOINT_FILE, load_checkpoint
+    from strategies.server_app import CHECKPOINT_FILE, CheckpointError, load_checkpoint
 
     if not (out / CHECKPOINT_FILE).is_file():
         return _fail(f"--resume {out}: no {CHECKPOINT_FILE} there (was output.checkpoint_every 0?)")
@@ -100,15 +169,18 @@ def _resume(args: argparse.Namespace) -> int:
         cfg = load_scenario(out / "config.yaml")
     except ConfigError as exc:
         return _fail(f"config error in {out / 'config.yaml'}: {exc}")
-    checkpoint = load_checkpoint(out)
+    try:
+        checkpoint = load_checkpoint(out)
+    except CheckpointError as exc:
+        return _fail(f"--resume {out}: {exc}; nothing was changed")
     if checkpoint["round"] >= cfg.rounds:
         return _fail(f"--resume {out}: the run already finished its {cfg.rounds} rounds")
     print(f"resuming {out} after round {checkpoint['round']}", file=sys.stderr)
     from fedflex import runner
 
-    runner.run(cfg, out, verbose=args.verbose, resume=checkpoint)
-    print(f"results: {out}", file=sys.stderr)
-    return 0
+    with _interruptible():
+        runner.run(cfg, out, verbose=args.verbose, resume=checkpoint)
+    return _finished(out)
 
 
 if __name__ == "__main__":

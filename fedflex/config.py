@@ -436,7 +436,13 @@ class ChurnConfig:
     ``min_session_rounds``: the session counter moves only when the online set has
     changed and the current session is at least this long (a flapping node does not
     start a session every round), and only when the Jaccard distance between the
-    session's starting set and the online set exceeds ``change_threshold``. ``on_too_few``: what a round with fewer online
+    session's starting set and the online set exceeds ``change_threshold``. Unset
+    (``null``), they default by kind: ``markov`` 5 rounds and 0.3 (with the default
+    p_leave 0.1 / p_join 0.3 about 3 of 20 clients flip every round, so the exact rule
+    would start a session nearly every round; these give sessions of 5-10 rounds); every
+    other kind 1 and 0.0 (any change of the online set). Scripted schedules
+    (``sessions``, ``label-sessions``) start a session at every entry, also when an
+    entry repeats the previous online set. ``on_too_few``: what a round with fewer online
     clients than ``strategy.sampler.min_clients`` does: ``skip`` it (logged, the model
     is kept) or ``fail`` the run.
     """
@@ -450,8 +456,8 @@ class ChurnConfig:
     p_join: float = 0.3
     initial_online: Optional[float] = None
     trace: Optional[str] = None
-    min_session_rounds: int = 1
-    change_threshold: float = 0.0
+    min_session_rounds: Optional[int] = None
+    change_threshold: Optional[float] = None
     on_too_few: str = "skip"
 
     def validate(self, path: str) -> None:
@@ -470,6 +476,11 @@ class ChurnConfig:
         if self.kind == "markov" and self.p_leave + self.p_join == 0:
             raise ConfigError(_join(path, "p_join"), self.p_join, "p_leave + p_join must be > 0")
         _num(path, "initial_online", self.initial_online, ge=0, le=1, optional=True)
+        markov = self.kind == "markov"
+        if self.min_session_rounds is None:
+            self.min_session_rounds = 5 if markov else 1
+        if self.change_threshold is None:
+            self.change_threshold = 0.3 if markov else 0.0
         _num(path, "min_session_rounds", self.min_session_rounds, ge=1)
         _num(path, "change_threshold", self.change_threshold, ge=0, lt=1)
         _choice(path, "on_too_few", self.on_too_few, ("skip", "fail"))
@@ -488,6 +499,11 @@ class EvaluationConfig:
     ``stop_at_accuracy``: end the run after the first evaluated round whose test accuracy
     reaches this value (0 = never; for rounds-to-target studies). summary.json then has
     ``stopped_early: true`` and ``rounds`` counts the rounds run.
+
+    ``stop_on_divergence``: end the run (``"status": "diverged"``, exit code 3) after a
+    round whose replies were all rejected for NaN / Inf values, or whose global model or
+    test loss is not finite; the rows, plots and model up to that round are kept. False:
+    run on (a round without usable replies keeps the model).
     """
 
     every: int = 1
@@ -495,6 +511,7 @@ class EvaluationConfig:
     online_labels: bool = False
     transition_window: int = 10
     stop_at_accuracy: float = 0.0
+    stop_on_divergence: bool = True
 
     def validate(self, path: str) -> None:
         _num(path, "every", self.every, ge=1)
@@ -635,6 +652,11 @@ class ScenarioConfig:
                 "model resnet18 with model.norm=batch keeps BatchNorm running statistics, which a "
                 "batched cohort cannot keep per client; use model.norm=group, or vectorize=auto / off",
             )
+        if self.strategy.sampler.clients_per_round > self.num_clients:
+            raise ConfigError(
+                "strategy.sampler.clients_per_round", self.strategy.sampler.clients_per_round,
+                f"must be <= num_clients ({self.num_clients})",
+            )
         if self.strategy.sampler.min_clients > self.num_clients:
             raise ConfigError(
                 "strategy.sampler.min_clients", self.strategy.sampler.min_clients,
@@ -664,14 +686,13 @@ def load_scenario(path: Optional[str | Path] = None, overrides: Iterable[str] = 
     """
     schema = OmegaConf.structured(ScenarioConfig)
     layers: list[DictConfig | ListConfig] = []
+    file_trace = None
     if path is not None:
         p = Path(path)
         if not p.is_file():
             raise ConfigError("scenario", str(path), "no such file")
-        try:
-            layers.append(OmegaConf.load(p))
-        except Exception as exc:  # yaml syntax errors have many types
-            raise ConfigError("scenario", str(path), f"not valid YAML ({_first_line(exc)})") from None
+        layers.append(OmegaConf.create(_read_yaml(p)))
+        file_trace = OmegaConf.select(layers[0], "churn.trace", default=None)
     overrides = list(overrides)
     for item in overrides:
         if "=" not in item:
@@ -685,10 +706,92 @@ def load_scenario(path: Optional[str | Path] = None, overrides: Iterable[str] = 
         merged = OmegaConf.merge(schema, *layers)
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
-        raise _from_omegaconf(exc) from None
-    assert isinstance(cfg, ScenarioConfig)
+        error = _from_omegaconf(exc)
+        if error.key == "scenario" and overrides:  # Omegaconf did not say which key: find it
+            error = _culprit(schema, layers[:-1], overrides) or error
+        raise error from None
+    if not isinstance(cfg, ScenarioConfig):
+        raise ConfigError("scenario", str(path), "did not load as a scenario")
     cfg.validate()
+    if cfg.churn.trace:
+        from_file = path is not None and file_trace is not None and not any(o.startswith("churn.trace=") for o in overrides)
+        base = Path(path).resolve().parent if from_file else Path.cwd()
+        cfg.churn.trace = str((base / Path(cfg.churn.trace).expanduser()).resolve())
+    if cfg.churn.kind == "trace":
+        from fedflex.churn import TraceAvailability  # churn imports this module
+
+        try:
+            TraceAvailability(cfg.churn.trace, cfg.num_clients)
+        except ValueError as exc:
+            raise ConfigError("churn.trace", cfg.churn.trace, str(exc)) from None
     return cfg
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+class _UniqueKeyLoader:
+    """A yaml SafeLoader that refuses a key given twice in one mapping."""
+
+    @staticmethod
+    def make():
+        import yaml
+
+        class Loader(yaml.SafeLoader):
+            pass
+
+        def construct_mapping(loader, node, deep=False):
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                key = loader.construct_object(key_node, deep=deep)
+                if key in seen:
+                    mark = key_node.start_mark
+                    raise _DuplicateKey(f"key {key!r} given twice (line {seen[key] + 1}, and line {mark.line + 1} column {mark.column + 1})")
+                seen[key] = key_node.start_mark.line
+            return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+        Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+        return Loader
+
+
+def _read_yaml(p: Path) -> dict:
+    """A scenario file's mapping; syntax errors name the line and column, a key given
+    twice names both lines, a top level that is not a mapping is refused."""
+    import yaml
+
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("scenario", str(p), f"cannot be read ({exc})") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader.make())
+    except _DuplicateKey as exc:
+        raise ConfigError("scenario", str(p), str(exc)) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigError("scenario", str(p), f"not valid YAML ({where}{exc.problem or exc.context})") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError("scenario", str(p), f"not valid YAML ({_first_line(exc)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            "scenario", str(p), f"the top level must be a mapping of keys (name: ..., rounds: ...), not a {type(data).__name__}"
+        )
+    return data
+
+
+def _culprit(schema, file_layers: list, overrides: list[str]) -> Optional[ConfigError]:
+    """The first override that fails on its own, as a ConfigError naming its key."""
+    for item in overrides:
+        key, _, value = item.partition("=")
+        try:
+            OmegaConf.to_object(OmegaConf.merge(schema, *file_layers, OmegaConf.from_dotlist([item])))
+        except OmegaConfBaseException as exc:
+            return ConfigError(key, value, _first_line(exc))
+    return None
 
 
 def _first_line(exc: BaseException) -> str:

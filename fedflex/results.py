@@ -100,6 +100,7 @@ def summarize(rows: list[dict[str, Any]], extra: Optional[dict[str, Any]] = None
     evaluated = [r for r in rows if r.get("test_accuracy") is not None]
     summary: dict[str, Any] = {
         "rounds": len(rows),
+        "last_round": rows[-1]["round"] if rows else 0,
         "extra_rounds": extra_rounds,
         "sessions": (max(r["session"] for r in rows) + 1) if rows else 0,
         "skipped_rounds": sum(1 for r in rows if r.get("skipped")),

@@ -773,19 +773,27 @@ class ExploreFirstSampler(Sampler):
         self.base = base
         self.rng = np.random.default_rng(seed)
         self.seen: set[int] = set()
+        self.explored = 0
 
     def bind(self, ctx) -> None:
         super().bind(ctx)
         self.base.bind(ctx)
 
     def sample(self, server_round: int, online: np.ndarray, num: int) -> np.ndarray:
-        return explore_first(
+        chosen = explore_first(
             self.rng, online, num, self.seen, lambda known, rest: self.base.sample(server_round, known, rest)
         )
+        self.explored = int(sum(1 for c in chosen if int(c) not in self.seen))
+        return chosen
 
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
         self.seen.update(u.client for u in updates)
         self.base.observe(server_round, updates, global_arrays)
+
+    def round_metrics(self) -> dict[str, Any]:
+        """The wrapped sampler's figures, and how many of this round's picks were
+        exploration (``explored``)."""
+        return {**self.base.round_metrics(), "explored": self.explored}
 
     def summary(self) -> str:
         return f"explore-first({self.base.summary()})"

@@ -276,7 +276,8 @@ class FedFlex(FedAvg):
             self.global_arrays = record_to_numpy(arrays)
         online = self.online_clients(server_round, grid)
         record.online = online.tolist()
-        record.session, record.session_started = self.tracker.update(server_round, online.tolist())
+        scripted = self.availability is not None and self.availability.starts_session(server_round)
+        record.session, record.session_started = self.tracker.update(server_round, online.tolist(), force=scripted)
         if record.session_started and server_round > 1:
             log(INFO, "session %d starts at round %d with %d clients", record.session, server_round, len(online))
         if record.session_started and len(online) >= self.min_clients:
@@ -318,6 +319,8 @@ class FedFlex(FedAvg):
                 record.failed.append(-1 if client is None else client)
                 continue
             update, reason = check_reply(reply.content, self.global_arrays)
+            if update is None and "NaN or Inf" in reason:
+                record.extra["rejected_nonfinite"] = record.extra.get("rejected_nonfinite", 0) + 1
             if update is None or client is None:
                 log(WARNING, "round %d: reply of client %s (node %d) rejected: %s", server_round, client, node, reason or "unknown node")
                 record.failed.append(-1 if client is None else client)

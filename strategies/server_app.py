@@ -27,7 +27,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Result
 
-from fedflex import keys
+from fedflex import interrupts, keys
 from fedflex.arrays import numpy_to_record
 from fedflex.churn import make_availability
 from fedflex.config import ScenarioConfig, load_scenario, to_yaml
@@ -103,19 +103,75 @@ CHECKPOINT_FILE = "checkpoint.pkl"
 MODEL_FILE = "model.npz"
 
 
-def save_checkpoint(out_dir: Path, server_round: int, strategy) -> None:
-    """The server state after ``server_round`` (atomic write)."""
+class CheckpointError(RuntimeError):
+    """A checkpoint file that cannot be read back."""
+
+
+def save_checkpoint(out_dir: Path, server_round: int, strategy, run_wall_s: float = 0.0) -> None:
+    """The server state after ``server_round`` (atomic write); ``run_wall_s``: the run's
+    wall time so far (summed over resumes)."""
     path = Path(out_dir) / CHECKPOINT_FILE
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as fh:
-        pickle.dump({"round": server_round, "strategy": strategy.state_dict()}, fh)
+        pickle.dump({"round": server_round, "strategy": strategy.state_dict(), "run_wall_s": run_wall_s}, fh)
     os.replace(tmp, path)
 
 
 def load_checkpoint(out_dir: Path) -> dict:
-    """A run directory's checkpoint (written by :func:`save_checkpoint`)."""
-    with open(Path(out_dir) / CHECKPOINT_FILE, "rb") as fh:
-        return pickle.load(fh)
+    """A run directory's checkpoint (written by :func:`save_checkpoint`).
+
+    Raises
+    ------
+    CheckpointError
+        When the file is missing, truncated, or not a fedflex checkpoint.
+    """
+    path = Path(out_dir) / CHECKPOINT_FILE
+    try:
+        with open(path, "rb") as fh:
+            checkpoint = pickle.load(fh)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such file") from None
+    except Exception as exc:  # truncated / random bytes raise many types
+        raise CheckpointError(f"{path} is damaged ({type(exc).__name__}: {exc}); it cannot be resumed") from None
+    if not isinstance(checkpoint, dict) or not {"round", "strategy"} <= set(checkpoint):
+        raise CheckpointError(f"{path} is not a fedflex checkpoint; it cannot be resumed")
+    return checkpoint
+
+
+TRACE_FILE = "trace.csv"
+
+
+def _with_trace_copy(cfg: ScenarioConfig, out_dir: Path) -> ScenarioConfig:
+    """The config to save in ``out_dir``: a trace CSV is copied there and config.yaml
+    names the copy (relative paths in a scenario resolve against its file), so the
+    results directory re-runs anywhere."""
+    if not cfg.churn.trace:
+        return cfg
+    import dataclasses
+    import shutil
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / TRACE_FILE
+    if Path(cfg.churn.trace).resolve() != target.resolve():
+        shutil.copyfile(cfg.churn.trace, target)
+    return dataclasses.replace(cfg, churn=dataclasses.replace(cfg.churn, trace=TRACE_FILE))
+
+
+def divergence_cause(record, global_arrays) -> Optional[str]:
+    """Why the run has diverged after ``record``'s round (None: it has not).
+
+    Diverged: every reply of the round was rejected for NaN / Inf values, the global
+    model holds NaN / Inf, or the test loss is not finite.
+    """
+    nonfinite = int(record.extra.get("rejected_nonfinite", 0))
+    if nonfinite and not record.sampled:
+        return f"all {nonfinite} repl{'y' if nonfinite == 1 else 'ies'} had NaN or Inf values (local training diverged)"
+    bad = [k for k, a in global_arrays.items() if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a))]
+    if bad:
+        return f"the global model has NaN or Inf values ({', '.join(bad[:3])})"
+    if record.test_loss is not None and not np.isfinite(record.test_loss):
+        return f"the test loss is {record.test_loss}"
+    return None
 
 
 def run_server(
@@ -173,7 +229,8 @@ def run_server(
 
     recorder = None
     if out_dir is not None:
-        recorder = RunRecorder(out_dir, to_yaml(cfg), keep_until=first_round - 1 if resume is not None else None)
+        saved = _with_trace_copy(cfg, Path(out_dir))
+        recorder = RunRecorder(out_dir, to_yaml(saved), keep_until=first_round - 1 if resume is not None else None)
     progress = Progress(cfg.rounds, cfg.output.progress, initial=first_round - 1)
     every_k = cfg.output.checkpoint_every
     target = cfg.evaluation.stop_at_accuracy
@@ -183,10 +240,26 @@ def run_server(
 
     def after_round(server_round: int) -> None:
         final = server_round == last or (strategy.record is not None and reached(strategy.record))
-        if out_dir is not None and every_k and (server_round % every_k == 0 or final):
-            save_checkpoint(out_dir, server_round, strategy)
+        stopping = interrupts.requested() is not None  # saved even with checkpoint_every 0: resumable
+        if out_dir is not None and ((every_k and (server_round % every_k == 0 or final)) or stopping):
+            wall = extra.get("previous_wall_s", 0.0) + time.perf_counter() - t_start
+            save_checkpoint(out_dir, server_round, strategy, run_wall_s=wall)
 
     def stop(record) -> bool:
+        if cfg.evaluation.stop_on_divergence:
+            cause = divergence_cause(record, strategy.global_arrays)
+            if cause is not None:
+                extra.update(status="diverged", diverged_round=record.round, divergence=cause)
+                logger.error(
+                    "round %d: the run diverged: %s; likely cause: client.lr = %g is too large for this model "
+                    "(or the server step: strategy.aggregator.server_lr); stopping",
+                    record.round, cause, cfg.client.lr,
+                )
+                return True
+        signum = interrupts.requested()
+        if signum is not None:
+            extra.update(status="interrupted", interrupted_by=interrupts.signal_name(signum))
+            return True
         if reached(record):
             extra["stopped_early"] = True
             logger.info("Round %d reached test accuracy %.4f >= %.4f: stopping", record.round, record.test_accuracy, target)
@@ -200,6 +273,8 @@ def run_server(
         progress.update(row)
 
     extra: dict[str, Any] = {"status": "failed"}
+    if resume is not None:
+        extra["previous_wall_s"] = float(resume.get("run_wall_s", 0.0))
     # Flower's simulation registers its nodes while the ServerApp already runs: wait for
     # all of them; a deployment waits for deployment.wait_for_nodes SuperNodes (bounded)
     simulated = type(grid).__name__ == "InMemoryGrid"
@@ -223,7 +298,8 @@ def run_server(
         )
         if out_dir is not None:
             np.savez(Path(out_dir) / MODEL_FILE, **strategy.global_arrays)
-        extra["status"] = "completed"
+        if extra["status"] == "failed":  # not interrupted, not diverged
+            extra["status"] = "completed"
         return result
     finally:
         progress.close()
@@ -239,7 +315,7 @@ def run_server(
                         "initializer": strategy.initializer.summary(),
                         "local_rule": strategy.local_rule,
                     },
-                    "run_wall_s": time.perf_counter() - t_start,
+                    "run_wall_s": extra.pop("previous_wall_s", 0.0) + time.perf_counter() - t_start,
                     "label_entropy_mean": float(np.mean(partition.entropies())),
                 }
             )
