@@ -96,20 +96,25 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _unusable_out(out: Path) -> Optional[str]:
-    """Why ``out`` cannot receive results (None: it can); creates it (empty) when new."""
+    """Why ``out`` cannot receive results (None: it can). Tries to create it (and the
+    folders above it) and takes back what it created: nothing is left behind."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         return f"--out {out} exists and is not an empty directory: choose another one"
-    created = not out.exists()
+    made = [p for p in [out, *out.parents] if not p.exists()]
+    problem = None
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".fedflex-write-test"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
-        if created and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
-        return f"--out {out} cannot be created or written ({exc.strerror or exc}): choose another directory"
-    return None
+        problem = f"--out {out} cannot be created or written ({exc.strerror or exc}): choose another directory"
+    for p in made:  # deepest first
+        try:
+            p.rmdir()
+        except OSError:
+            pass
+    return problem
 
 
 class _interruptible:

@@ -252,13 +252,14 @@ class SamplerConfig:
       are asked for their loss on the global model; the K highest train.
     - ``clustered``: Clustered Sampling (Fraboni et al., 2021) on update similarity.
 
-    ``explore_first``: online clients that never trained are drawn first (shuffled,
+    ``clients_per_round``: unset, 5 (or ``num_clients`` when there are fewer); a value
+    above ``num_clients`` is refused. ``explore_first``: online clients that never trained are drawn first (shuffled,
     without replacement), then the named sampler draws (FedAWARE's exploration phase:
     every client has a momentum after about N/K rounds instead of ~(N/K) ln N).
     """
 
     name: str = "uniform"
-    clients_per_round: int = 5
+    clients_per_round: Optional[int] = None  # unset: 5, or num_clients when fewer
     min_clients: int = 1
     weighted: bool = False
     temperature: float = 0.0025
@@ -537,7 +538,12 @@ class SimulationConfig:
     ``off`` when runs must repeat to the last bit across machines. BHerd / GraB rounds and
     BatchNorm models always train one client at a time. ``cohort_size``: most clients per
     batched computation (0: as many as fit half the device's free memory).
-    Both apply to the ``local`` backend; a real SuperNode is one client.
+    On the ``ray`` backend a round's clients travel as one cohort message per Ray worker
+    (:mod:`fedflex.cohort_grid`); a real SuperNode is one client.
+
+    ``ray_address``: attach the Ray backend to a running Ray cluster (``auto``, or the
+    head's ``host:port`` from ``ray start --head``) instead of starting one in this
+    process; every machine of the cluster needs fedflex installed and the data.
     """
 
     backend: str = "ray"
@@ -546,6 +552,7 @@ class SimulationConfig:
     timeout: float = 3600.0
     vectorize: str = "auto"
     cohort_size: int = 0
+    ray_address: Optional[str] = None
 
     def validate(self, path: str) -> None:
         _choice(path, "backend", self.backend, ("ray", "local"))
@@ -632,6 +639,8 @@ class ScenarioConfig:
         _num(path, "seed", self.seed, ge=0)
         _num(path, "num_clients", self.num_clients, ge=1)
         _num(path, "rounds", self.rounds, ge=1)
+        if self.strategy.sampler.clients_per_round is None:
+            self.strategy.sampler.clients_per_round = min(5, self.num_clients)
         for f in dataclasses.fields(self):
             sub = getattr(self, f.name)
             if hasattr(sub, "validate"):

@@ -75,9 +75,10 @@ class RunRecorder:
         os.replace(tmp, path)
         if plots:
             try:
-                plot_accuracy(self.rows, self.out_dir / ACCURACY_PLOT)
+                title = plot_title(summary)
+                plot_accuracy(self.rows, self.out_dir / ACCURACY_PLOT, title)
                 if timeline is not None:
-                    plot_churn(timeline, self.rows, self.out_dir / CHURN_PLOT)
+                    plot_churn(timeline, self.rows, self.out_dir / CHURN_PLOT, title)
             except Exception:  # a plot must never cost the results
                 logger.exception("plotting failed; the JSON results are complete")
 
@@ -155,8 +156,19 @@ def _pyplot():
     return plt
 
 
-def plot_accuracy(rows: list[dict[str, Any]], path: Path) -> None:
-    """Test accuracy per round; dashed lines where a session starts."""
+MAX_SESSION_LINES = 30  # more session starts are drawn as ticks under the curve
+
+
+def plot_title(summary: dict[str, Any]) -> str:
+    """``scenario: sampler + aggregator + initializer + local rule`` (what a plot shows)."""
+    parts = summary.get("strategy") or {}
+    names = " + ".join(str(parts[k]) for k in ("sampler", "aggregator", "initializer", "local_rule") if k in parts)
+    return f"{summary.get('scenario', '')}: {names}" if names else str(summary.get("scenario", ""))
+
+
+def plot_accuracy(rows: list[dict[str, Any]], path: Path, title: str = "") -> None:
+    """Test accuracy per round; dashed lines where a session starts (ticks along the
+    bottom when there are more than MAX_SESSION_LINES)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     pts = []
@@ -167,8 +179,13 @@ def plot_accuracy(rows: list[dict[str, Any]], path: Path) -> None:
             ax.plot(x, y, marker="." if len(series) < 60 else None, label=label)
             pts += series
     starts = [r["round"] for r in rows if r.get("session_started") and rows and r["round"] > rows[0]["round"]]
-    for i, s in enumerate(starts):
-        ax.axvline(s, color="grey", linestyle="--", linewidth=0.8, label="session start" if i == 0 else None)
+    if len(starts) > MAX_SESSION_LINES:
+        ax.plot(starts, [0.01] * len(starts), "|", color="grey", markersize=8, label=f"session start ({len(starts)})")
+    else:
+        for i, s in enumerate(starts):
+            ax.axvline(s, color="grey", linestyle="--", linewidth=0.8, label="session start" if i == 0 else None)
+    if title:
+        ax.set_title(title, fontsize=9)
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy")
     ax.set_ylim(0, 1)
@@ -180,21 +197,24 @@ def plot_accuracy(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_churn(timeline: np.ndarray, rows: list[dict[str, Any]], path: Path) -> None:
-    """Client x round availability (grey: online, dark: trained)."""
+def plot_churn(timeline: np.ndarray, rows: list[dict[str, Any]], path: Path, title: str = "") -> None:
+    """Client x round availability: white offline, grey online (idle), black trained,
+    red failed or rejected reply."""
     plt = _pyplot()
     rounds, n = timeline.shape
-    img = timeline.astype(np.float32).T * 0.4
+    img = np.ones((n, rounds, 3), dtype=np.float32)
+    img[timeline.T] = 0.75
     for r in rows:
         t = r["round"] - 1
-        if 0 <= t < rounds:
-            img[r["sampled"], t] = 1.0
+        if 0 <= t < rounds and r.get("phase", "train") == "train":
+            img[r["sampled"], t] = 0.0
+            failed = [c for c in r.get("failed", []) if 0 <= c < n]
+            img[failed, t] = (0.85, 0.1, 0.1)
     fig, ax = plt.subplots(figsize=(7, max(2.5, min(8, n * 0.08))))
-    ax.imshow(img, aspect="auto", interpolation="nearest", cmap="Greys", vmin=0, vmax=1,
-              extent=(0.5, rounds + 0.5, n - 0.5, -0.5))
+    ax.imshow(img, aspect="auto", interpolation="nearest", extent=(0.5, rounds + 0.5, n - 0.5, -0.5))
     ax.set_xlabel("round")
     ax.set_ylabel("client id")
-    ax.set_title("churn: online (grey), trained (black)")
+    ax.set_title((title + "\n" if title else "") + "churn: online (grey), trained (black), failed (red)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

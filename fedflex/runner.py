@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -34,18 +35,22 @@ def backend_config(cfg: ScenarioConfig) -> dict:
     return {"client_resources": resources, "init_args": init_args}
 
 
-def ray_workers(cfg: ScenarioConfig) -> int:
-    """How many virtual clients the Ray pool runs at once (cores / num_cpus, and GPUs /
-    num_gpus when clients ask for GPUs)."""
-    workers = int((os.cpu_count() or 1) // cfg.simulation.num_cpus)
+def ray_workers(cfg: ScenarioConfig, cpus: Optional[float] = None, gpus: Optional[float] = None) -> int:
+    """How many virtual clients the Ray pool runs at once: CPUs / num_cpus, and GPUs /
+    num_gpus when clients ask for GPUs (this machine's, or the attached cluster's)."""
+    if cpus is None:
+        cpus = os.cpu_count() or 1
+    workers = int(cpus // cfg.simulation.num_cpus)
     if cfg.simulation.num_gpus > 0:
-        import torch
+        if gpus is None:
+            import torch
 
-        workers = min(workers, int(torch.cuda.device_count() // cfg.simulation.num_gpus))
+            gpus = torch.cuda.device_count()
+        workers = min(workers, int(gpus // cfg.simulation.num_gpus))
     return max(1, workers)
 
 
-def cohort_grid(cfg: ScenarioConfig):
+def cohort_grid(cfg: ScenarioConfig, workers: int):
     """``wrap_grid`` for the ServerApp: one cohort message per Ray worker and round
     (:mod:`fedflex.cohort_grid`), or None with ``simulation.vectorize=off``."""
     if cfg.simulation.vectorize == "off":
@@ -53,9 +58,27 @@ def cohort_grid(cfg: ScenarioConfig):
     from fedflex.cohort_grid import CohortGrid
 
     def wrap(grid, client_of):
-        return CohortGrid(grid, client_of, ray_workers(cfg), cfg.simulation.vectorize, cfg.simulation.cohort_size)
+        return CohortGrid(grid, client_of, workers, cfg.simulation.vectorize, cfg.simulation.cohort_size)
 
     return wrap
+
+
+def attach_ray(address: str) -> tuple[float, float]:
+    """Connect this process to a running Ray cluster (Flower's backend then uses that
+    connection); returns the cluster's CPUs and GPUs."""
+    import ray
+
+    root = str(Path(__file__).resolve().parents[1])
+    pythonpath = os.pathsep.join([root, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])
+    ray.init(
+        address=address,
+        runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
+        logging_level=logging.ERROR,
+        log_to_driver=False,
+    )
+    resources = ray.cluster_resources()
+    logger.info("attached to Ray cluster %s: %s", address, resources)
+    return float(resources.get("CPU", 1)), float(resources.get("GPU", 0))
 
 
 class _DropRunSimulationDeprecation(logging.Filter):
@@ -73,6 +96,9 @@ def quiet_flower(verbose: bool) -> None:
     flwr_logger.propagate = False  # Flower has its own console handler
     if not any(isinstance(f, _DropRunSimulationDeprecation) for f in flwr_logger.filters):
         flwr_logger.addFilter(_DropRunSimulationDeprecation())
+    for handler in flwr_logger.handlers:  # Flower's colours only on a terminal
+        if hasattr(handler, "colored"):
+            handler.colored = sys.stderr.isatty()
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
@@ -97,8 +123,12 @@ def run(cfg: ScenarioConfig, out_dir: Optional[Path], verbose: bool = False, res
         grid = LocalGrid(client_app, cfg.num_clients, seed=cfg.seed, train_batch=cohorts)
         run_server(grid, cfg, out_dir, data, resume=resume)
         return
+    cpus = gpus = None
+    if cfg.simulation.ray_address:
+        cpus, gpus = attach_ray(cfg.simulation.ray_address)
+    workers = ray_workers(cfg, cpus, gpus)
     run_simulation(
-        server_app=make_server_app(cfg, out_dir, data=data, resume=resume, wrap_grid=cohort_grid(cfg)),
+        server_app=make_server_app(cfg, out_dir, data=data, resume=resume, wrap_grid=cohort_grid(cfg, workers)),
         client_app=client_app,
         num_supernodes=cfg.num_clients,
         backend_name=cfg.simulation.backend,

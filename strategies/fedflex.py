@@ -347,8 +347,8 @@ class FedFlex(FedAvg):
         record.num_examples = n
         if known:
             record.train_loss = sum(w * v for w, v in known) / sum(w for w, _ in known)
-        record.extra.update(self.aggregator.round_metrics())
-        record.extra.update(self.sampler.round_metrics())
+        for part in self.parts:
+            record.extra.update(part.round_metrics())
         record.extra["e_lud"] = e_lud(self.global_arrays, [u.arrays for u in updates])  # every aggregator
         return new
 

@@ -80,6 +80,11 @@ class Part(ABC):
     def on_model_switch(self, server_round: int) -> None:
         """The initializer replaced the global model (optimiser state may be reset)."""
 
+    def round_metrics(self) -> dict[str, Any]:
+        """What the part saw and decided this round (merged into the round's row of
+        metrics.jsonl); keep it small."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 

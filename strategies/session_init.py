@@ -148,6 +148,13 @@ class SessionAwareInitializer(_SessionMemory):
         self.history: list[tuple[Arrays, np.ndarray]] = []  # (last model w_z, gradient G_z), z >= P
         self.gradients: dict[int, np.ndarray] = {}  # G_s of sessions not closed yet
         self.last_weights: Optional[np.ndarray] = None
+        self._round_metrics: dict[str, Any] = {}
+
+    def round_metrics(self) -> dict[str, Any]:
+        """``init_weights``: the softmin weights of the stored sessions' models, in the
+        round whose session started from their mix."""
+        out, self._round_metrics = self._round_metrics, {}
+        return out
 
     def summary(self) -> str:
         return f"session-aware(P={self.P}, V={self.V}, R={self.R})"
@@ -183,6 +190,7 @@ class SessionAwareInitializer(_SessionMemory):
             self.last_weights = softmin_weights(distances, self.R)
             replacement = mean_models([w for w, _ in self.history], self.last_weights, like=global_arrays)
             log(INFO, "session-aware: session %d starts from weights %s", session, np.round(self.last_weights, 3).tolist())
+            self._round_metrics = {"init_weights": [round(float(w), 6) for w in self.last_weights]}
         self.gradients[session] = gradient  # only after the weights were computed
         return replacement
 
