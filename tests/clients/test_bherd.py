@@ -15,7 +15,7 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
 from torch import nn
 
 import clients.runtime as runtime
@@ -201,11 +201,8 @@ def test_fednova_rule_sends_the_displacement_over_tau():
 
 # ------------------------------------------------------------------ through the ClientApp
 @pytest.fixture(autouse=True)
-def isolated_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("FEDFLEX_CACHE", str(tmp_path / "cache"))
-    runtime.get_task.cache_clear()
+def _isolated(isolated_cache):  # tests/conftest.py
     yield
-    runtime.get_task.cache_clear()
 
 
 BASE = [

@@ -34,11 +34,8 @@ CPU = torch.device("cpu")
 
 
 @pytest.fixture(autouse=True)
-def isolated_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("FEDFLEX_CACHE", str(tmp_path / "cache"))
-    runtime.get_task.cache_clear()
+def _isolated(isolated_cache):  # tests/conftest.py
     yield
-    runtime.get_task.cache_clear()
 
 
 def _images(n, shape, seed=0):

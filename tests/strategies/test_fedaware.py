@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-import clients.runtime as runtime
 from clients.client_app import app as client_app
 from fedflex.config import ConfigError, load_scenario
 from fedflex.local_grid import LocalGrid
@@ -324,14 +323,6 @@ def test_bad_departed_value_fails_at_load():
 
 
 # ------------------------------------------------------------------ end to end
-@pytest.fixture
-def isolated_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("FEDFLEX_CACHE", str(tmp_path / "cache"))
-    runtime.get_task.cache_clear()
-    yield
-    runtime.get_task.cache_clear()
-
-
 @pytest.mark.parametrize("aggregator", [
     ["strategy.aggregator.name=fedaware"],
     ["strategy.aggregator.name=fedavgm", "strategy.aggregator.aware=true", "strategy.aggregator.server_lr=0.5"],

@@ -12,7 +12,6 @@ from flwr.app import Array
 
 import clients.runtime as runtime
 from clients.client_app import app as client_app
-from fedflex.churn import ExplicitSessions
 from fedflex.config import load_scenario
 from fedflex.local_grid import LocalGrid
 from fedflex.results import read_metrics
@@ -26,11 +25,8 @@ BASE = [
 
 
 @pytest.fixture(autouse=True)
-def isolated_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("FEDFLEX_CACHE", str(tmp_path / "cache"))
-    runtime.get_task.cache_clear()
+def _isolated(isolated_cache):  # tests/conftest.py
     yield
-    runtime.get_task.cache_clear()
 
 
 def _run(tmp_path, overrides, grid=None):

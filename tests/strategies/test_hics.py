@@ -580,16 +580,6 @@ def test_estimated_entropy_ranks_real_fmnist_clients_like_their_label_entropy():
 
 
 # ---------------------------------------------------------------------------- end to end
-@pytest.fixture
-def isolated_cache(tmp_path, monkeypatch):
-    import clients.runtime as runtime
-
-    monkeypatch.setenv("FEDFLEX_CACHE", str(tmp_path / "cache"))
-    runtime.get_task.cache_clear()
-    yield
-    runtime.get_task.cache_clear()
-
-
 @pytest.mark.parametrize("sampler", ["hics", "pow-d", "clustered"])
 def test_sampler_runs_three_rounds_through_the_real_client_app(tmp_path, isolated_cache, sampler):
     from clients.client_app import app as client_app
