@@ -82,6 +82,29 @@ def test_signal_stops_at_a_round_boundary_and_says_how_to_resume(tmp_path, sig, 
 
 
 @pytest.mark.slow
+def test_ctrl_c_on_the_ray_backend_stops_ray_within_seconds(tmp_path):
+    # Ctrl-C in a terminal signals the whole process group (Ray's processes too)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "fedflex.cli", "run", str(QUICKSTART), "rounds=200", "dataset.samples_per_client=3000",
+           "output.progress=off", "output.plots=false", "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        _wait_rows(out, 2, proc, timeout=180)
+        os.killpg(proc.pid, signal.SIGINT)
+        t0 = time.time()
+        _, err = proc.communicate(timeout=60)
+        elapsed = time.time() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-2000:]
+    assert elapsed < 15
+    assert "Traceback" not in err and f"fedflex run --resume {out}" in err
+    assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.slow
 def test_second_interrupt_exits_at_once(tmp_path):
     out = tmp_path / "out"
     proc = _start(tmp_path, out, ["dataset.samples_per_client=20000"])
