@@ -128,7 +128,8 @@ class _interruptible:
     def __exit__(self, *exc) -> None:
         from fedflex import interrupts
 
-        interrupts.uninstall()
+        if interrupts.requested() is None:  # after a first signal, a second one still exits at once
+            interrupts.uninstall()
 
 
 def _finished(out: Path) -> int:
