@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Optional
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -71,18 +72,24 @@ def _load_global(task: Task, msg: Message) -> None:
     task.model.load_state_dict(state, strict=True)
 
 
-def _rule_input(msg: Message, context: Context, task: Task) -> RuleInput:
-    """Everything a local rule gets for this message on this node (the model holds the
-    weights loaded last; the caller loads the global model)."""
-    pid = _partition_id(context)
-    config = msg.content[keys.CONFIG]
-    server_round = int(config[keys.SERVER_ROUND])
-    settings = dataclasses.replace(settings_from_config(config), loss=task.loss)
-    payload = {
+def _payload(msg: Message) -> dict:
+    """The server's further array records (e.g. SCAFFOLD's c) as tensors."""
+    return {
         name: record.to_torch_state_dict()
         for name, record in msg.content.array_records.items()
         if name != keys.ARRAYS
     }
+
+
+def _rule_input(msg: Message, context: Context, task: Task, payload: Optional[dict] = None) -> RuleInput:
+    """Everything a local rule gets for this message on this node (the model holds the
+    weights loaded last; the caller loads the global model). ``payload``: the message's
+    decoded further records when the caller has them (a cohort decodes them once)."""
+    pid = _partition_id(context)
+    config = msg.content[keys.CONFIG]
+    server_round = int(config[keys.SERVER_ROUND])
+    settings = dataclasses.replace(settings_from_config(config), loss=task.loss)
+    payload = _payload(msg) if payload is None else payload
     fixed_order = bool(config.get(keys.FIXED_ORDER, False))  # same batches every round
     generator = torch.Generator().manual_seed(
         int(config[keys.SEED]) * 1_000_003 + (0 if fixed_order else server_round * 10_007) + pid

@@ -15,8 +15,9 @@ What stays per client, exactly as in the sequential loop
 
 - its data order and random stream: batch positions come from
   :func:`clients.train.batch_order` with the client's own generator;
-- its number of steps: a client that has run out of batches stands still (its step is
-  masked); a short last batch of an epoch is a batch of that size (per-example weights
+- its number of steps: a client that has run out of batches stands still (clients are
+  ordered by step count, so each step computes only the prefix still training); a
+  short last batch of an epoch is a batch of that size (per-example weights
   ``1 / len(batch)``, padding weighs 0);
 - the optimiser (torch's SGD with momentum / weight decay, or Adam: the same update
   formulas, applied to the stacked tensors) and the rule's per-step terms
@@ -135,10 +136,10 @@ def cohort_chunk_size(
 # ---------------------------------------------------------------------------- training
 def _schedule(
     clients: Sequence[CohortClient], settings: TrainSettings, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """Rows ``[K, S, B]`` (padding: the client's first row), per-example weights
-    ``[K, S, B]`` (``1/len(batch)``, padding 0), active steps ``[K, S]`` and each
-    client's step count, from each client's own :func:`batch_order`."""
+    ``[K, S, B]`` (``1/len(batch)``, padding 0) and each client's step count, from each
+    client's own :func:`batch_order`."""
     orders = [batch_order(len(c.indices), settings, c.generator) for c in clients]
     k_n, s_n = len(clients), max((len(o) for o in orders), default=0)
     b_n = max((len(pos) for o in orders for pos in o), default=1)
@@ -150,9 +151,7 @@ def _schedule(
             rows[k, s, : len(pos)] = idx[pos]
             rows[k, s, len(pos) :] = idx[0]
             weights[k, s, : len(pos)] = 1.0 / len(pos)
-    counts = [len(o) for o in orders]
-    active = (torch.arange(s_n).unsqueeze(0) < torch.tensor(counts).unsqueeze(1)).float()
-    return rows.to(device), weights.to(device), active.to(device), counts
+    return rows.to(device), weights.to(device), [len(o) for o in orders]
 
 
 def _stack(terms: Sequence[Optional[dict[str, torch.Tensor]]], like: dict[str, torch.Tensor]) -> Optional[dict[str, torch.Tensor]]:
@@ -201,7 +200,7 @@ def train_cohort(
         raise ValueError(f"unknown optimizer {settings.optimizer!r}: use sgd or adam")
     if not clients:
         return [], []
-    rows, weights, _active, counts = _schedule(clients, settings, device)
+    rows, weights, counts = _schedule(clients, settings, device)
     order = sorted(range(len(clients)), key=lambda k: -counts[k])  # longest first (stable)
     pos = torch.tensor(order, device=device)
     rows, weights = rows[pos], weights[pos]

@@ -34,7 +34,7 @@ from typing import Callable, Optional, Sequence
 import torch
 from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordDict
 
-from clients.client_app import _load_global, _partition_id, _reply, _rule_input, _rule_name, _task
+from clients.client_app import _load_global, _partition_id, _payload, _reply, _rule_input, _rule_name, _task
 from clients.cohort import CohortClient, cohort_chunk_size, train_cohort, unsupported_reason
 from clients.rules import RULE_STEPS
 from clients.runtime import Task
@@ -205,7 +205,8 @@ class CohortTrainer:
         task, rule = found
         steps = RULE_STEPS[rule]
         _load_global(task, first)
-        inputs = [_rule_input(msg, ctx, task) for msg, ctx in group]
+        payload = _payload(first)  # the group shares one content: decode its records once
+        inputs = [_rule_input(msg, ctx, task, payload) for msg, ctx in group]
         settings = inputs[0].settings
         chunk = self._chunk(task, settings, len(group))
         if not self._prefer_batched(task, rule, group, settings, chunk):

@@ -146,11 +146,14 @@ def _finished(out: Path) -> int:
     last = summary.get("last_round")
     if status == "interrupted" or interrupts.requested() is not None:
         signum = interrupts.requested() or 2
-        print(
-            f"fedflex: interrupted after round {last}; results so far in {out}; "
-            f"continue with: fedflex run --resume {out}",
-            file=sys.stderr,
-        )
+        if (out / "checkpoint.pkl").is_file():
+            print(
+                f"fedflex: interrupted after round {last}; results so far in {out}; "
+                f"continue with: fedflex run --resume {out}",
+                file=sys.stderr,
+            )
+        else:
+            print(f"fedflex: interrupted before a round completed; nothing to resume in {out}", file=sys.stderr)
         return interrupts.exit_code(signum)
     if status == "diverged":
         print(
