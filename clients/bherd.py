@@ -62,7 +62,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from clients.common import RuleInput, RuleOutput, scaffold_finish, scaffold_variates
+from clients.common import RuleInput, RuleOutput
+from clients.scaffold import scaffold_finish, scaffold_variates
 from clients.train import TrainResult, batch_order, make_optimizer
 from fedflex import keys
 from fedflex.losses import get_loss

@@ -2,9 +2,9 @@
 
 :class:`RuleInput` / :class:`RuleOutput` are the rule interface (re-exported by
 :mod:`clients.rules`, whose :data:`~clients.rules.LOCAL_RULES` registry maps rule names
-to functions ``RuleInput -> RuleOutput``). SCAFFOLD's control-variate bookkeeping
-(Karimireddy et al., ICML 2020, https://arxiv.org/abs/1910.06378, option II) lives here
-because both ``scaffold`` and BHerd-SCAFFOLD (:mod:`clients.bherd`) use it.
+to functions ``RuleInput -> RuleOutput``), :class:`RuleSteps` (a rule written as start /
+train / finish, so that one client or a batched cohort can run it) and
+:func:`load_state` (tensors a rule keeps in the node state).
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import torch
-from flwr.app import ArrayRecord, RecordDict
+from flwr.app import RecordDict
 from torch import nn
 
 from clients.train import StepTerms, TrainResult, TrainSettings, local_train
-from fedflex import keys
 from fedflex.data import ArrayDataset
 
 
@@ -90,73 +89,3 @@ def load_state(state: Optional[RecordDict], name: str, like: "OrderedDict[str, t
     return {k: torch.zeros_like(p.detach()) for k, p in like.items()}
 
 
-@dataclass
-class ScaffoldVariates:
-    """The server's c and the client's c_i for one round (on the training device)."""
-
-    c: dict[str, torch.Tensor]
-    c_i: dict[str, torch.Tensor]
-
-    @property
-    def correction(self) -> dict[str, torch.Tensor]:
-        """c - c_i: what SCAFFOLD adds to every mini-batch gradient."""
-        return {k: self.c[k] - self.c_i[k] for k in self.c}
-
-
-def scaffold_variates(inp: RuleInput, params: "OrderedDict[str, torch.Tensor]") -> ScaffoldVariates:
-    """c from the ``scaffold-c`` record, c_i from the node state (zeros at first).
-
-    Raises
-    ------
-    ValueError
-        When the train message carries no server control variate.
-    """
-    server_c = inp.payload.get(keys.SCAFFOLD_C)
-    if server_c is None:
-        raise ValueError("scaffold: the train message carries no server control variate")
-    c = {k: server_c[k].to(inp.device) for k in params}
-    return ScaffoldVariates(c=c, c_i=load_state(inp.state, keys.SCAFFOLD_CI, params, inp.device))
-
-
-def fednova_a_norm(tau: int, momentum: float = 0.0) -> float:
-    """``||a_i||_1`` of tau local SGD steps with heavy-ball momentum ``momentum``.
-
-    Examples
-    --------
-    >>> fednova_a_norm(4)
-    4.0
-    >>> round(fednova_a_norm(2, 0.5), 6)  # weights (1 + 0.5) and 1
-    2.5
-    """
-    if tau <= 0:
-        return 0.0
-    rho = float(momentum)
-    if rho == 0.0:
-        return float(tau)
-    return (tau - rho * (1.0 - rho**tau) / (1.0 - rho)) / (1.0 - rho)
-
-
-@torch.no_grad()
-def scaffold_finish(
-    inp: RuleInput,
-    variates: ScaffoldVariates,
-    x: dict[str, torch.Tensor],
-    params: "OrderedDict[str, torch.Tensor]",
-    steps: int,
-) -> "OrderedDict[str, torch.Tensor]":
-    """Option II: c_i+ = c_i - c + (x - y) / (||a|| lr); store c_i+ in the node state and
-    return delta c = c_i+ - c_i (on the CPU) for the ``scaffold-dc`` record.
-
-    ||a|| = K for plain SGD (the paper's K lr). With heavy-ball momentum beta the K steps
-    move the model by lr * ||a||_1 mean gradients (FedNova's ||a||_1, see
-    :func:`fednova_a_norm`), not K: dividing by K would overstate c_i by up to
-    1/(1 - beta) and made SCAFFOLD diverge with momentum 0.9 (measured on the churn
-    paper's FMNIST scenario).
-    """
-    c, c_i = variates.c, variates.c_i
-    a_norm = fednova_a_norm(max(steps, 1), inp.settings.momentum if inp.settings.optimizer == "sgd" else 0.0)
-    scale = 1.0 / (a_norm * inp.settings.lr)
-    new_ci = {k: c_i[k] - c[k] + (x[k] - params[k].detach()) * scale for k in params}
-    if inp.state is not None:
-        inp.state[keys.SCAFFOLD_CI] = ArrayRecord(OrderedDict((k, v.cpu()) for k, v in new_ci.items()))
-    return OrderedDict((k, (new_ci[k] - c_i[k]).cpu()) for k in params)

@@ -27,11 +27,29 @@ from collections import OrderedDict
 
 import torch
 
-from clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps, fednova_a_norm
+from clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps
 from clients.train import TrainResult
 from fedflex import keys
 
 logger = logging.getLogger(__name__)
+
+
+def fednova_a_norm(tau: int, momentum: float = 0.0) -> float:
+    """``||a_i||_1`` of tau local SGD steps with heavy-ball momentum ``momentum``.
+
+    Examples
+    --------
+    >>> fednova_a_norm(4)
+    4.0
+    >>> round(fednova_a_norm(2, 0.5), 6)  # weights (1 + 0.5) and 1
+    2.5
+    """
+    if tau <= 0:
+        return 0.0
+    rho = float(momentum)
+    if rho == 0.0:
+        return float(tau)
+    return (tau - rho * (1.0 - rho**tau) / (1.0 - rho)) / (1.0 - rho)
 
 
 def _start(inp: RuleInput, x: Params) -> RuleStart:

@@ -25,19 +25,10 @@ from __future__ import annotations
 from typing import Callable
 
 from clients.bherd import bherd_rule, grab_rule
-from clients.common import (
-    Params,
-    RuleInput,
-    RuleOutput,
-    RuleStart,
-    RuleSteps,
-    load_state,
-    scaffold_finish,
-    scaffold_variates,
-)
+from clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps, load_state
 from clients.fednova import FEDNOVA
+from clients.scaffold import SCAFFOLD
 from clients.train import StepTerms, TrainResult
-from fedflex import keys
 
 __all__ = ["LOCAL_RULES", "RULE_STEPS", "RuleInput", "RuleOutput", "sgd_rule", "scaffold_rule", "load_state"]
 
@@ -53,24 +44,6 @@ def _sgd_finish(inp: RuleInput, start: RuleStart, x: Params, y: Params, result: 
 
 #: Plain local training, with FedProx's proximal term when the settings ask for it.
 SGD = RuleSteps(_sgd_start, _sgd_finish)
-
-
-def _scaffold_start(inp: RuleInput, x: Params) -> RuleStart:
-    variates = scaffold_variates(inp, x)
-    return RuleStart(StepTerms(correction=variates.correction), context=variates)
-
-
-def _scaffold_finish(inp: RuleInput, start: RuleStart, x: Params, y: Params, result: TrainResult) -> RuleOutput:
-    delta_c = scaffold_finish(inp, start.context, x, y, result.num_steps)
-    return RuleOutput(result, extras={keys.SCAFFOLD_DC: delta_c})
-
-
-#: SCAFFOLD's client: corrected steps y <- y - lr (g(y) - c_i + c), then option II
-#: c_i+ = c_i - c + (x - y) / (K lr); sends y and delta c = c_i+ - c_i. The server
-#: control variate c arrives as the ``scaffold-c`` record; the client's c_i lives in the
-#: node state (zero at first). With momentum or weight decay the corrected gradient goes
-#: through the optimiser as a plain gradient would.
-SCAFFOLD = RuleSteps(_scaffold_start, _scaffold_finish)
 
 #: Rules written as start / train / finish: they run one client at a time or, in
 #: simulation, as a batched cohort (:mod:`clients.cohort`).

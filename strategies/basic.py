@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from fedflex.arrays import is_float
-from strategies.parts import Aggregator, Arrays, ClientUpdate, Initializer, Sampler
+from strategies.parts import Aggregator, Arrays, ClientUpdate, Initializer, PartWrapper, Sampler
 
 
 def explore_first(
@@ -93,6 +93,51 @@ def weighted_average(arrays: list[Arrays], weights: np.ndarray, carry: Optional[
         else:
             out[key] = value.copy()
     return out
+
+
+
+class ExploreFirstSampler(PartWrapper, Sampler):
+    """The authors' exploration: online clients that never trained go first (shuffled,
+    without replacement); when all online clients have trained, ``base`` samples.
+
+    A client counts as explored once its reply was aggregated (a failed client is
+    explored again).
+    """
+
+    name = "explore-first"
+
+    def __init__(self, base: Sampler, seed: int) -> None:
+        super().__init__(base)
+        self.rng = np.random.default_rng(seed)
+        self.seen: set[int] = set()
+        self.explored = 0
+
+    def sample(self, server_round: int, online: np.ndarray, num: int) -> np.ndarray:
+        chosen = explore_first(
+            self.rng, online, num, self.seen, lambda known, rest: self.base.sample(server_round, known, rest)
+        )
+        self.explored = int(sum(1 for c in chosen if int(c) not in self.seen))
+        return chosen
+
+    def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
+        self.seen.update(u.client for u in updates)
+        self.base.observe(server_round, updates, global_arrays)
+
+    def round_metrics(self) -> dict[str, Any]:
+        """The wrapped sampler's figures, and how many of this round's picks were
+        exploration (``explored``)."""
+        return {**super().round_metrics(), "explored": self.explored}
+
+    def summary(self) -> str:
+        return f"explore-first({self.base.summary()})"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": self.rng.bit_generator.state, "seen": sorted(self.seen), "base": self.base.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.seen = {int(c) for c in state["seen"]}
+        self.base.load_state_dict(state["base"])
 
 
 class FedAvgAggregator(Aggregator):

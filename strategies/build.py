@@ -18,14 +18,14 @@ from flwr.common import log
 from fedflex import keys
 from fedflex.churn import Availability, SessionTracker
 from fedflex.config import ConfigError, ScenarioConfig
-from strategies.basic import FedAvgAggregator, PreviousInitializer, UniformSampler
+from strategies.basic import ExploreFirstSampler, FedAvgAggregator, PreviousInitializer, UniformSampler
 from strategies.fedflex import FedFlex
 from strategies.optimizers import FedAdagrad, FedAdam, FedAvgM, FedYogi
 from strategies.parts import Aggregator, Initializer, Sampler, ServerRule
 from strategies.scaffold import ScaffoldServer
 from strategies.bherd import BHerdAggregator, RuleOptions
 from strategies.fednova import FedNovaServer
-from strategies.fedaware import AWARE_BASES, ExploreFirstSampler, make_fedaware, with_aware
+from strategies.fedaware import AWARE_BASES, make_fedaware, with_aware
 from strategies.session_init import AverageInitializer, SessionAwareInitializer
 from strategies.clustered import ClusteredSampler
 from strategies.hics import hics_from_config

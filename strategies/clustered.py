@@ -47,10 +47,15 @@ from flwr.common import log
 
 from fedflex.arrays import flatten
 from strategies.basic import explore_first
-from strategies.hics import angle_matrix, data_shares, unit_rows, ward_tree
+from strategies.clustering import (
+    algorithm2_distributions,
+    angle_matrix,
+    data_shares,
+    draw_one_per_distribution,
+    unit_rows,
+    ward_tree,
+)
 from strategies.parts import Arrays, ClientUpdate, Sampler
-
-_TOL = 1e-9
 
 
 # ---------------------------------------------------------------------------- sketch
@@ -84,117 +89,6 @@ class CountSketch:
         return np.bincount(self._bucket, weights=self._sign * x, minlength=self.dim).astype(np.float32)
 
 
-# ---------------------------------------------------------------------------- Algorithm 2
-def weight_capped_clusters(z: np.ndarray, leaf_weights: np.ndarray, cap: float = 1.0) -> np.ndarray:
-    """Cut a hierarchy into its maximal subtrees of total weight <= ``cap``.
-
-    Parameters
-    ----------
-    z : numpy.ndarray
-        scipy linkage matrix over ``len(leaf_weights)`` leaves.
-    leaf_weights : numpy.ndarray
-        Non-negative weight of every leaf.
-
-    Returns
-    -------
-    numpy.ndarray
-        Cluster label ``0..C-1`` of every leaf. A leaf heavier than ``cap`` is a cluster
-        of its own.
-    """
-    n = len(leaf_weights)
-    parent = np.arange(n)
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    node_w = np.concatenate([np.asarray(leaf_weights, dtype=np.float64), np.zeros(max(n - 1, 0))])
-    node_leaf = np.concatenate([np.arange(n), np.zeros(max(n - 1, 0), dtype=np.int64)])
-    for i, (a, b) in enumerate(np.asarray(z)[:, :2].astype(np.int64)):
-        node_w[n + i] = node_w[a] + node_w[b]
-        node_leaf[n + i] = node_leaf[a]
-        # weights grow up the tree: a light node's children are light and already joined
-        if node_w[n + i] <= cap + _TOL:
-            parent[find(node_leaf[b])] = find(node_leaf[a])
-    roots = np.array([find(i) for i in range(n)])
-    return np.unique(roots, return_inverse=True)[1].astype(np.int64)
-
-
-def algorithm2_distributions(
-    z: np.ndarray, leaf: np.ndarray, shares: np.ndarray, m: int, rng: np.random.Generator
-) -> np.ndarray:
-    """Fraboni et al.'s Algorithm 2: ``m`` sampling distributions over the clients.
-
-    Parameters
-    ----------
-    z : numpy.ndarray
-        Ward linkage over the leaves (clients, or representatives of them).
-    leaf : numpy.ndarray
-        Leaf index of every client.
-    shares : numpy.ndarray
-        Data shares of the clients (renormalised here).
-    m : int
-        Number of distributions (clients to draw).
-    rng : numpy.random.Generator
-        Shuffles the clients that are poured.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``[m, n]``, each row a probability vector; column sums are ``m p_i``.
-    """
-    p = np.asarray(shares, dtype=np.float64)
-    units = m * p / p.sum()  # client weights; the m distributions hold 1 each
-    n_leaves = np.asarray(z).shape[0] + 1
-    leaf_w = np.bincount(leaf, weights=units, minlength=n_leaves)
-    cluster = weight_capped_clusters(z, leaf_w, 1.0)[leaf]
-    cl_w = np.bincount(cluster, weights=units)
-    order = np.argsort(cl_w, kind="stable")  # lightest first
-    eligible = [int(c) for c in order if cl_w[c] <= 1.0 + _TOL]
-    kept = eligible[max(len(eligible) - m, 0) :]
-    out = np.zeros((m, p.size), dtype=np.float64)
-    load = np.zeros(m, dtype=np.float64)
-    for k, c in enumerate(kept):
-        members = cluster == c
-        out[k, members] = units[members]
-        load[k] = cl_w[c]
-    k = 0
-    for c in order:
-        if int(c) in kept:
-            continue
-        for i in rng.permutation(np.flatnonzero(cluster == c)):
-            rest = units[i]
-            while rest > _TOL:
-                while k < m - 1 and load[k] >= 1.0 - _TOL:
-                    k += 1
-                take = rest if k == m - 1 else min(1.0 - load[k], rest)
-                out[k, i] += take
-                load[k] += take
-                rest -= take
-    sums = out.sum(axis=1, keepdims=True)
-    return np.divide(out, sums, out=np.full_like(out, 1.0 / p.size), where=sums > 0)
-
-
-def draw_one_per_distribution(rng: np.random.Generator, dists: np.ndarray, shares: np.ndarray) -> np.ndarray:
-    """One distinct client from each row of ``dists``: a row whose remaining support is
-    empty draws among all remaining clients by ``shares``."""
-    m, n = dists.shape
-    free = np.ones(n, dtype=bool)
-    chosen = np.empty(min(m, n), dtype=np.int64)
-    for k in range(chosen.size):
-        w = np.where(free, dists[k], 0.0)
-        if w.sum() <= 0:
-            w = np.where(free, np.asarray(shares, dtype=np.float64), 0.0)
-        if w.sum() <= 0:
-            w = free.astype(np.float64)
-        pick = int(rng.choice(n, p=w / w.sum()))
-        free[pick] = False
-        chosen[k] = pick
-    return chosen
-
-
 # ---------------------------------------------------------------------------- the part
 class ClusteredSampler(Sampler):
     """Clustered Sampling, Algorithm 2 (see the module docstring).
@@ -205,7 +99,7 @@ class ClusteredSampler(Sampler):
         Seed of the sampler's generator (and of the sketch).
     ward : {"exact", "scalable"}
         Exact Ward over the candidates, or Ward on ``max_exact`` representatives with
-        the others joining their nearest one (:func:`strategies.hics.ward_tree`).
+        the others joining their nearest one (:func:`strategies.clustering.ward_tree`).
     sketch_dim : int
         Size of the stored update sketches.
     """

@@ -20,15 +20,17 @@ u = x_new - x the base's own update, x_{t+1} = x_t + (<u, d> / <d, d>) d.
 Pieces, from the bottom up:
 
 - pure kernels: :func:`two_point` (the spec's two-point rule), :func:`best_pair`,
-  :func:`min_norm_weights` (Frank-Wolfe on the Gram matrix), :func:`e_lud`,
-  :func:`projection_coefficient`, :func:`lambda_entropy`;
+  :func:`min_norm_weights` (Frank-Wolfe on the Gram matrix),
+  :func:`projection_coefficient`, :func:`lambda_entropy` (the paper's e-LUD, reported
+  for every aggregator, is :func:`strategies.diagnostics.e_lud`);
 - :class:`MomentumStore`: the momenta in one preallocated ``[N, d]`` array
   (float32, float16 or bfloat16, the latter two with a per-row scale);
 - :class:`AwareCore`: momenta, their Gram matrix (kept up to date row by row), warm-up,
   churn handling and the AWARE direction; shared by
-- :class:`FedAwareAggregator` (FedAWARE) and :class:`AwarePlugin` (x AWARE);
-- :class:`ExploreFirstSampler`: the authors' exploration (every online client once,
-  shuffled, before the base sampler takes over).
+- :class:`FedAwareAggregator` (FedAWARE) and :class:`AwarePlugin` (x AWARE).
+
+The authors' exploration (every online client once, shuffled, before the base sampler
+takes over) is :class:`strategies.basic.ExploreFirstSampler`, for any sampler.
 
 Decisions the paper leaves open and their defaults are documented in ``docs/fedaware.md``.
 """
@@ -40,14 +42,14 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from logging import DEBUG, WARNING
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 from flwr.common import log
 
 from fedflex.arrays import flatten, is_float
-from strategies.basic import FedAvgAggregator, explore_first
-from strategies.parts import Aggregator, Arrays, ClientUpdate, Sampler
+from strategies.basic import FedAvgAggregator
+from strategies.parts import Aggregator, Arrays, ClientUpdate, PartWrapper
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedflex.config import ScenarioConfig
@@ -218,38 +220,6 @@ def lambda_entropy(weights: np.ndarray) -> float:
     w = np.asarray(weights, dtype=np.float64)
     w = w[w > 0]
     return float(-(w * np.log(w)).sum())
-
-
-def e_lud(global_arrays: Arrays, client_arrays: Sequence[Arrays]) -> Optional[float]:
-    """Empirical local update diversity of one round (the paper's e-LUD).
-
-    sqrt(mean_i ||g_i||^2) / ||mean_i g_i|| with g_i = x - x_i over the float entries,
-    plain (unweighted) means over the clients whose uploads were aggregated.
-
-    Returns
-    -------
-    float or None
-        None when there is no upload or the mean update is zero (the ratio is undefined).
-    """
-    n = len(client_arrays)
-    if n == 0:
-        return None
-    sum_sq = 0.0
-    mean_sq = 0.0
-    for key, x in global_arrays.items():
-        if not is_float(x):
-            continue
-        x64 = np.asarray(x, dtype=np.float64)
-        acc = np.zeros(x64.shape, dtype=np.float64)
-        for arrays in client_arrays:
-            g = x64 - arrays[key]
-            sum_sq += float(np.vdot(g, g))
-            acc += g
-        acc /= n
-        mean_sq += float(np.vdot(acc, acc))
-    if mean_sq <= 0.0:
-        return None
-    return math.sqrt(sum_sq / n) / math.sqrt(mean_sq)
 
 
 def projection_coefficient(update: np.ndarray, direction: np.ndarray) -> Optional[float]:
@@ -693,7 +663,7 @@ class FedAwareAggregator(Aggregator):
         return f"fedaware({self.core.summary()}, rescale={self.rescale}, server_lr={self.server_lr}, weighted={self.weighted})"
 
 
-class AwarePlugin(Aggregator):
+class AwarePlugin(PartWrapper, Aggregator):
     """AWARE on top of another aggregator (Proposition 3.1 of the paper).
 
     The base (FedAvg, FedAvgM, FedAdam, FedYogi, FedAdagrad; FedProx is FedAvg with the
@@ -705,13 +675,9 @@ class AwarePlugin(Aggregator):
     name = "aware"
 
     def __init__(self, base: Aggregator, num_clients: int, **core: Any) -> None:
-        self.base = base
+        super().__init__(base)
         self.core = AwareCore(num_clients, **core)
         self._metrics: dict[str, Any] = {}
-
-    def bind(self, ctx) -> None:
-        super().bind(ctx)
-        self.base.bind(ctx)
 
     def aggregate(self, server_round: int, global_arrays: Arrays, updates: list[ClientUpdate]) -> Arrays:
         d = self.core.direction(global_arrays, updates, _online(self.ctx, server_round))
@@ -735,16 +701,10 @@ class AwarePlugin(Aggregator):
         return new
 
     def round_metrics(self) -> dict[str, Any]:
-        return dict(self._metrics)
-
-    def train_payload(self, server_round: int):
-        return self.base.train_payload(server_round)
-
-    def train_config(self, server_round: int):
-        return self.base.train_config(server_round)
+        return dict(self._metrics)  # the base's figures (taken in aggregate) and AWARE's
 
     def on_model_switch(self, server_round: int) -> None:
-        self.base.on_model_switch(server_round)
+        super().on_model_switch(server_round)
         if self.core.reset_on_switch:
             self.core.reset()
 
@@ -757,54 +717,6 @@ class AwarePlugin(Aggregator):
 
     def summary(self) -> str:
         return f"{self.base.summary()} x aware({self.core.summary()})"
-
-
-class ExploreFirstSampler(Sampler):
-    """The authors' exploration: online clients that never trained go first (shuffled,
-    without replacement); when all online clients have trained, ``base`` samples.
-
-    A client counts as explored once its reply was aggregated (a failed client is
-    explored again).
-    """
-
-    name = "explore-first"
-
-    def __init__(self, base: Sampler, seed: int) -> None:
-        self.base = base
-        self.rng = np.random.default_rng(seed)
-        self.seen: set[int] = set()
-        self.explored = 0
-
-    def bind(self, ctx) -> None:
-        super().bind(ctx)
-        self.base.bind(ctx)
-
-    def sample(self, server_round: int, online: np.ndarray, num: int) -> np.ndarray:
-        chosen = explore_first(
-            self.rng, online, num, self.seen, lambda known, rest: self.base.sample(server_round, known, rest)
-        )
-        self.explored = int(sum(1 for c in chosen if int(c) not in self.seen))
-        return chosen
-
-    def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
-        self.seen.update(u.client for u in updates)
-        self.base.observe(server_round, updates, global_arrays)
-
-    def round_metrics(self) -> dict[str, Any]:
-        """The wrapped sampler's figures, and how many of this round's picks were
-        exploration (``explored``)."""
-        return {**self.base.round_metrics(), "explored": self.explored}
-
-    def summary(self) -> str:
-        return f"explore-first({self.base.summary()})"
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"rng": self.rng.bit_generator.state, "seen": sorted(self.seen), "base": self.base.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rng.bit_generator.state = state["rng"]
-        self.seen = {int(c) for c in state["seen"]}
-        self.base.load_state_dict(state["base"])
 
 
 # ============================================================================ build

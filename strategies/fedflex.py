@@ -27,7 +27,7 @@ from flwr.serverapp.strategy import FedAvg, Result
 from fedflex import keys
 from fedflex.arrays import numpy_to_record, record_to_numpy
 from fedflex.churn import Availability, SessionTracker
-from strategies.fedaware import e_lud
+from strategies.diagnostics import e_lud
 from strategies.nodes import NodeDirectory
 from strategies.parts import Aggregator, ClientUpdate, Initializer, Part, Sampler, ServerRule
 

@@ -70,19 +70,26 @@ from __future__ import annotations
 
 import math
 from logging import DEBUG
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import numpy as np
 from flwr.common import log
-from scipy.cluster.hierarchy import fcluster, linkage
 
 from strategies.basic import explore_first
+from strategies.clustering import (
+    algorithm2_distributions,
+    angle_matrix,
+    data_shares,
+    draw_distinct,
+    draw_one_per_distribution,
+    unit_rows,
+    ward_labels,
+    ward_tree,
+)
 from strategies.parts import Arrays, ClientUpdate, Sampler
 
 #: ``variant="authors"``: the entropy rule runs only below this variance of the estimates
 AUTHORS_VARIANCE_THRESHOLD = 0.1
-
-DistanceFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 # ---------------------------------------------------------------------------- estimate
@@ -121,19 +128,6 @@ def estimate_entropy(db: np.ndarray, temperature: float) -> np.ndarray:
     return entropy(softmax(db, temperature))
 
 
-def unit_rows(v: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm; all-zero rows stay zero."""
-    v = np.atleast_2d(np.asarray(v, dtype=np.float64))
-    norms = np.linalg.norm(v, axis=1, keepdims=True)
-    return np.divide(v, norms, out=np.zeros_like(v), where=norms > 0)
-
-
-def angle_matrix(ua: np.ndarray, ub: np.ndarray) -> np.ndarray:
-    """``arccos(cos)`` between the unit rows of ``ua`` and ``ub`` (see :func:`unit_rows`),
-    in ``[0, pi]``; a zero row is at ``pi/2`` from everything."""
-    return np.arccos(np.clip(ua @ ub.T, -1.0, 1.0))
-
-
 def hics_distance(
     db_a: np.ndarray, h_a: np.ndarray, db_b: np.ndarray, h_b: np.ndarray, hics_lambda: float
 ) -> np.ndarray:
@@ -141,107 +135,6 @@ def hics_distance(
     ``arccos(cos(db_u, db_k)) + lambda |H_u - H_k|``, shape ``[len(a), len(b)]``."""
     h_a, h_b = np.atleast_1d(h_a), np.atleast_1d(h_b)
     return angle_matrix(unit_rows(db_a), unit_rows(db_b)) + hics_lambda * np.abs(h_a[:, None] - h_b[None, :])
-
-
-# ---------------------------------------------------------------------------- clustering
-def condensed_distances(dist_fn: DistanceFn, n: int, block: int = 1024) -> np.ndarray:
-    """The condensed (upper-triangle, row-major) distance vector of items ``0..n-1``,
-    computed ``block`` rows at a time from ``dist_fn(rows, cols)`` (memory: the vector
-    plus one ``block x n`` block)."""
-    out = np.empty(n * (n - 1) // 2, dtype=np.float64)
-    pos = 0
-    for a in range(0, n, block):
-        b = min(n, a + block)
-        d = dist_fn(np.arange(a, b), np.arange(a, n))
-        for i in range(a, b):
-            row = d[i - a, i - a + 1 :]
-            out[pos : pos + row.size] = row
-            pos += row.size
-    return out
-
-
-def ward_tree(
-    dist_fn: DistanceFn,
-    n: int,
-    *,
-    ward: str = "exact",
-    max_exact: int = 1000,
-    rng: Optional[np.random.Generator] = None,
-    rows_as_features: bool = False,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Ward's hierarchy over ``n`` items given by a distance function.
-
-    Parameters
-    ----------
-    dist_fn : callable
-        ``dist_fn(rows, cols)`` -> ``[len(rows), len(cols)]`` distances between items.
-    n : int
-        Number of items (>= 2).
-    ward : {"exact", "scalable"}
-        ``exact``: all items are leaves. ``scalable``: a random subsample of
-        ``max_exact`` items are the leaves; the others join their nearest leaf.
-    rng : numpy.random.Generator
-        Draws the subsample (``scalable`` with ``n > max_exact`` only).
-    rows_as_features : bool
-        Give Ward the rows of the square matrix as Euclidean feature vectors (the
-        authors' code) instead of the condensed distances.
-
-    Returns
-    -------
-    Z : numpy.ndarray
-        scipy linkage matrix over the leaves.
-    leaf : numpy.ndarray
-        For every item, the index of its leaf (``arange(n)`` when exact).
-    """
-    if ward == "scalable" and n > max_exact:
-        if rng is None:
-            raise ValueError("ward='scalable' needs a random generator to draw representatives")
-        reps = np.sort(rng.choice(n, size=max_exact, replace=False))
-        leaf = np.empty(n, dtype=np.int64)
-        for a in range(0, n, 4096):
-            rows = np.arange(a, min(n, a + 4096))
-            leaf[rows] = np.argmin(dist_fn(rows, reps), axis=1)
-        leaf[reps] = np.arange(max_exact)  # a representative is its own leaf, whatever the ties
-
-        def rep_fn(r: np.ndarray, c: np.ndarray) -> np.ndarray:
-            return dist_fn(reps[r], reps[c])
-
-        return _linkage(rep_fn, max_exact, rows_as_features), leaf
-    if ward not in ("exact", "scalable"):
-        raise ValueError(f"ward = {ward!r}: must be exact or scalable")
-    return _linkage(dist_fn, n, rows_as_features), np.arange(n)
-
-
-def _linkage(dist_fn: DistanceFn, n: int, rows_as_features: bool) -> np.ndarray:
-    if rows_as_features:
-        everyone = np.arange(n)
-        return linkage(dist_fn(everyone, everyone), "ward")
-    return linkage(condensed_distances(dist_fn, n), "ward")
-
-
-def ward_labels(
-    dist_fn: DistanceFn,
-    n: int,
-    num_clusters: int,
-    *,
-    ward: str = "exact",
-    max_exact: int = 1000,
-    rng: Optional[np.random.Generator] = None,
-    rows_as_features: bool = False,
-) -> np.ndarray:
-    """Ward clustering of ``n`` items into at most ``num_clusters`` groups.
-
-    ``linkage(squareform(D), "ward")`` then ``fcluster(Z, num_clusters, "maxclust")``
-    (see :func:`ward_tree` for ``ward``, ``rows_as_features``). Returns labels
-    ``0..M'-1`` (M' <= num_clusters; ``arange(n)`` when ``n <= num_clusters``).
-    """
-    if n <= max(num_clusters, 1):
-        return np.arange(n)
-    if num_clusters <= 1:
-        return np.zeros(n, dtype=np.int64)
-    z, leaf = ward_tree(dist_fn, n, ward=ward, max_exact=max_exact, rng=rng, rows_as_features=rows_as_features)
-    labels = fcluster(z, t=num_clusters, criterion="maxclust")[leaf]
-    return np.unique(labels, return_inverse=True)[1].astype(np.int64)
 
 
 # ---------------------------------------------------------------------------- sampling rule
@@ -269,31 +162,6 @@ def client_probabilities(labels: np.ndarray, pi: np.ndarray, shares: np.ndarray)
     return pi[labels] * shares / mass[labels]
 
 
-def draw_distinct(rng: np.random.Generator, q: np.ndarray, num: int) -> np.ndarray:
-    """``num`` distinct indices from repeated independent draws with probabilities ``q``,
-    duplicates ignored (Algorithm 1, lines 8-12).
-
-    Ignoring repeats of an i.i.d. stream is the same as drawing each next index from
-    ``q`` restricted to the indices not yet chosen and renormalised; that is what is done
-    (no rejection loop, so a dominant exhausted cluster costs nothing). Indices with
-    ``q = 0`` are drawn only when nothing else is left.
-    """
-    q = np.asarray(q, dtype=np.float64)
-    num = min(num, q.size)
-    free = np.ones(q.size, dtype=bool)
-    chosen = np.empty(num, dtype=np.int64)
-    for i in range(num):
-        w = np.where(free, q, 0.0)
-        total = w.sum()
-        if total > 0:
-            pick = int(rng.choice(q.size, p=w / total))
-        else:  # only zero-probability items left: uniform among them
-            pick = int(rng.choice(np.flatnonzero(free)))
-        free[pick] = False
-        chosen[i] = pick
-    return chosen
-
-
 def _draw_cluster_counts_uniform(
     rng: np.random.Generator, labels: np.ndarray, pi: np.ndarray, num: int
 ) -> np.ndarray:
@@ -306,16 +174,6 @@ def _draw_cluster_counts_uniform(
         counts[rng.choice(pi.size, p=w / w.sum())] += 1
     picks = [rng.choice(np.flatnonzero(labels == m), size=c, replace=False) for m, c in enumerate(counts) if c]
     return np.concatenate(picks).astype(np.int64) if picks else np.zeros(0, dtype=np.int64)
-
-
-def data_shares(clients: np.ndarray, sizes: dict[int, int]) -> np.ndarray:
-    """``p_k`` of ``clients`` from reported sizes, renormalised over them; a client not
-    yet reported counts with the mean reported size (all equal when none is known)."""
-    known = [sizes[int(c)] for c in clients if int(c) in sizes]
-    default = float(np.mean(known)) if known else 1.0
-    w = np.array([sizes.get(int(c), default) for c in clients], dtype=np.float64)
-    w = np.maximum(w, 0.0)
-    return w / w.sum() if w.sum() > 0 else np.full(len(clients), 1.0 / max(len(clients), 1))
 
 
 # ---------------------------------------------------------------------------- the part
@@ -478,8 +336,6 @@ class HiCSSampler(Sampler):
         shares = data_shares(known, sizes)
         authors = self.variant == "authors"
         if authors and float(np.var(h)) >= AUTHORS_VARIANCE_THRESHOLD:
-            # imported here: strategies.clustered builds on this module
-            from strategies.clustered import algorithm2_distributions, draw_one_per_distribution
 
             z, leaf = ward_tree(
                 dist, known.size, ward=self.ward, max_exact=self.max_exact, rng=self.rng, rows_as_features=True

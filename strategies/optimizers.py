@@ -22,7 +22,7 @@ an initializer replaces the global model.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 

@@ -92,6 +92,32 @@ class Part(ABC):
         pass
 
 
+class PartWrapper(Part):
+    """A part around another one (``base``): the strategy talks to the wrapper, and every
+    hook the wrapper does not override goes to ``base`` (binding, train message content,
+    model switches, round metrics), so a wrapper never silently drops what its base
+    reports. Subclasses nest ``base``'s state in their checkpoint."""
+
+    def __init__(self, base: Part) -> None:
+        self.base = base
+
+    def bind(self, ctx: RoundContext) -> None:
+        super().bind(ctx)
+        self.base.bind(ctx)
+
+    def train_payload(self, server_round: int) -> "dict[str, OrderedDict[str, np.ndarray]]":
+        return self.base.train_payload(server_round)
+
+    def train_config(self, server_round: int) -> dict[str, Any]:
+        return self.base.train_config(server_round)
+
+    def on_model_switch(self, server_round: int) -> None:
+        self.base.on_model_switch(server_round)
+
+    def round_metrics(self) -> dict[str, Any]:
+        return self.base.round_metrics()
+
+
 class Sampler(Part):
     """Chooses the clients that train in a round."""
 

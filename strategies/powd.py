@@ -24,7 +24,7 @@ import numpy as np
 from flwr.common import log
 
 from fedflex import keys
-from strategies.hics import data_shares
+from strategies.clustering import data_shares
 from strategies.parts import Arrays, ClientUpdate, Sampler
 
 

@@ -4,7 +4,7 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, MetricRecord, RecordDict
+from flwr.app import MetricRecord, RecordDict
 
 from fedflex.arrays import flatten, numpy_to_record, record_to_numpy, unflatten
 from strategies.basic import FedAvgAggregator, UniformSampler, weighted_average

@@ -14,16 +14,15 @@ from clients.client_app import app as client_app
 from fedflex.config import ConfigError, load_scenario
 from fedflex.local_grid import LocalGrid
 from fedflex.results import read_metrics
-from strategies.basic import FedAvgAggregator
+from strategies.basic import ExploreFirstSampler, FedAvgAggregator
 from strategies.build import build_strategy, check_parts
+from strategies.diagnostics import e_lud
 from strategies.fedaware import (
     AwareCore,
     AwarePlugin,
-    ExploreFirstSampler,
     FedAwareAggregator,
     MomentumStore,
     best_pair,
-    e_lud,
     min_norm_weights,
     projection_coefficient,
     two_point,

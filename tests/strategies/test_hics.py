@@ -9,11 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from strategies.clustered import (
-    ClusteredSampler,
-    CountSketch,
+from strategies.clustered import ClusteredSampler, CountSketch
+from strategies.clustering import (
     algorithm2_distributions,
+    draw_distinct,
     draw_one_per_distribution,
+    ward_labels,
+    ward_tree,
     weight_capped_clusters,
 )
 from strategies.hics import (
@@ -21,12 +23,9 @@ from strategies.hics import (
     client_probabilities,
     cluster_mean,
     cluster_probabilities,
-    draw_distinct,
     estimate_entropy,
     gamma_schedule,
     hics_distance,
-    ward_labels,
-    ward_tree,
 )
 from strategies.parts import ClientUpdate
 from strategies.powd import PowDSampler, highest_loss
