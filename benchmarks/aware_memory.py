@@ -69,15 +69,22 @@ def measure(name: str, arrays, memory: str, dtype: str, n: int, max_fill_gb: flo
     core = AwareCore(n, memory=memory, dtype=dtype, warmup=False)
     core._setup(arrays)  # allocates the store and the Gram matrix
     row = {
-        "model": name, "memory": memory, "dtype": dtype, "N": n, "d": core.store.dim,
-        "momenta_B": core.store.nbytes, "gram_B": int(core.gram.nbytes),
+        "model": name,
+        "memory": memory,
+        "dtype": dtype,
+        "N": n,
+        "d": core.store.dim,
+        "momenta_B": core.store.nbytes,
+        "gram_B": int(core.gram.nbytes),
     }
     row["round_s"] = row["solve_s"] = None
     if core.store.nbytes <= max_fill_gb * GB:
         fill(core, rng)
         ups = []
         for c in rng.choice(n, size=10, replace=False):
-            client = OrderedDict((k, (a - 1e-3 * rng.standard_normal(a.shape)).astype(a.dtype)) for k, a in arrays.items())
+            client = OrderedDict(
+                (k, (a - 1e-3 * rng.standard_normal(a.shape)).astype(a.dtype)) for k, a in arrays.items()
+            )
             ups.append(ClientUpdate(int(c), 100, client))
         times = []
         for _ in range(2):
@@ -105,7 +112,10 @@ def main() -> None:
     rng = np.random.default_rng(0)
     threads = {k: os.environ.get(k, "unset") for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
     print(f"# FedAWARE server memory and time per round; {threads}")
-    head = f"{'model':<11} {'memory':<11} {'dtype':<8} {'N':>6} {'d':>7} {'momenta/cl':>11} {'gram/cl':>8} {'total MB':>9} {'round s':>8} {'solve s':>8}"
+    head = (
+        f"{'model':<11} {'memory':<11} {'dtype':<8} {'N':>6} {'d':>7} {'momenta/cl':>11} {'gram/cl':>8} "
+        f"{'total MB':>9} {'round s':>8} {'solve s':>8}"
+    )
     print(head)
     print("-" * len(head))
     for name in args.models:
@@ -118,10 +128,15 @@ def main() -> None:
                     total = (r["momenta_B"] + r["gram_B"]) / 1e6
                     rs = f"{r['round_s']:.3f}" if r["round_s"] is not None else "-"
                     ss = f"{r['solve_s']:.3f}" if r["solve_s"] is not None else "-"
-                    print(f"{name:<11} {memory:<11} {dtype:<8} {n:>6} {r['d']:>7} {per_m:>9.0f} B {per_g:>6.0f} B "
-                          f"{total:>9.1f} {rs:>8} {ss:>8}", flush=True)
-    print("momenta/cl: bytes of the [N, d] store (+ row scales) per client; gram/cl: the [N, N] float64 Gram "
-          "matrix per client (8 N bytes); '-': store above --max-fill-gb, allocated and measured, not timed")
+                    print(
+                        f"{name:<11} {memory:<11} {dtype:<8} {n:>6} {r['d']:>7} {per_m:>9.0f} B {per_g:>6.0f} B "
+                        f"{total:>9.1f} {rs:>8} {ss:>8}",
+                        flush=True,
+                    )
+    print(
+        "momenta/cl: bytes of the [N, d] store (+ row scales) per client; gram/cl: the [N, N] float64 Gram "
+        "matrix per client (8 N bytes); '-': store above --max-fill-gb, allocated and measured, not timed"
+    )
 
 
 if __name__ == "__main__":

@@ -100,19 +100,27 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     dims = model_dims()
     print("BHerd stored gradients per training client: tau x d values (paper: E=1, B=100, n_i=12000 -> tau=120)")
-    head = f"{'model':<11} {'d':>10} {'tau':>5} " + " ".join(f"{n:>10}" for n in DTYPES) + f" {'M=' + str(args.max_stored) + ' bf16':>11}"
+    head = (
+        f"{'model':<11} {'d':>10} {'tau':>5} "
+        + " ".join(f"{n:>10}" for n in DTYPES)
+        + f" {'M=' + str(args.max_stored) + ' bf16':>11}"
+    )
     print(head)
     print("-" * len(head))
     for name, d in dims.items():
         for tau in args.taus:
             sizes = [tau * d * torch.empty(0, dtype=t).element_size() for t in DTYPES.values()]
             bounded = min(tau, args.max_stored) * d * 2
-            print(f"{name:<11} {d:>10,} {tau:>5} " + " ".join(f"{human(s):>10}" for s in sizes) + f" {human(bounded):>11}")
+            print(
+                f"{name:<11} {d:>10,} {tau:>5} " + " ".join(f"{human(s):>10}" for s in sizes) + f" {human(bounded):>11}"
+            )
     if not args.measure:
         return
     tau = args.taus[0]
-    print(f"\nmeasured on the CPU (tau={tau}, k={herd_k(0.5, tau)}, {args.threads} thread(s)): "
-          "store bytes, resident-memory growth, herding time (Gram + greedy + sum)")
+    print(
+        f"\nmeasured on the CPU (tau={tau}, k={herd_k(0.5, tau)}, {args.threads} thread(s)): "
+        "store bytes, resident-memory growth, herding time (Gram + greedy + sum)"
+    )
     print(f"{'model':<11} {'dtype':>9} {'rows':>5} {'store':>10} {'RSS +':>10} {'select s':>9}")
     for name, d in dims.items():
         if tau * d * 4 > args.measure_mb * 2**20:

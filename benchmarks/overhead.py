@@ -71,12 +71,37 @@ def main() -> None:
         times: dict[str, list[float]] = {"plain": [], **{v: [] for v in args.variants}}
         for i in range(args.pairs):
             with tempfile.TemporaryDirectory() as tmp:
-                cmds = [("plain", [sys.executable, str(ROOT / "benchmarks" / "plain_loop.py"), args.scenario, *ov,
-                                   "--device", args.device])]
+                cmds = [
+                    (
+                        "plain",
+                        [
+                            sys.executable,
+                            str(ROOT / "benchmarks" / "plain_loop.py"),
+                            args.scenario,
+                            *ov,
+                            "--device",
+                            args.device,
+                        ],
+                    )
+                ]
                 for v in args.variants:
                     out = f"{tmp}/out-{v.replace(':', '-')}"
-                    cmds.append((v, [sys.executable, "-m", "fedflex.cli", "run", args.scenario, *ov,
-                                     *variant_overrides(v, args.device), "--out", out]))
+                    cmds.append(
+                        (
+                            v,
+                            [
+                                sys.executable,
+                                "-m",
+                                "fedflex.cli",
+                                "run",
+                                args.scenario,
+                                *ov,
+                                *variant_overrides(v, args.device),
+                                "--out",
+                                out,
+                            ],
+                        )
+                    )
                 if i % 2:
                     cmds.reverse()
                 for name, cmd in cmds:

@@ -57,16 +57,24 @@ def main() -> None:
             states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
             weights.append(len(ix))
         w = torch.tensor(weights, dtype=torch.float64) / sum(weights)
-        model.load_state_dict({k: sum(wi * s[k].double() for wi, s in zip(w, states)).to(states[0][k].dtype) for k in states[0]})
+        model.load_state_dict(
+            {k: sum(wi * s[k].double() for wi, s in zip(w, states)).to(states[0][k].dtype) for k in states[0]}
+        )
     model.eval()
     with torch.no_grad():
         correct = sum(
-            int((model(test.inputs(torch.arange(i, min(i + 1000, len(test)), device=device))).argmax(1)
-                 == test.labels(torch.arange(i, min(i + 1000, len(test)), device=device))).sum())
+            int(
+                (
+                    model(test.inputs(torch.arange(i, min(i + 1000, len(test)), device=device))).argmax(1)
+                    == test.labels(torch.arange(i, min(i + 1000, len(test)), device=device))
+                ).sum()
+            )
             for i in range(0, len(test), 1000)
         )
-    print(f"plain loop: {cfg.rounds} rounds on {device}, test accuracy {correct / len(test):.4f}, "
-          f"{time.perf_counter() - t0:.1f}s after start-up, {time.perf_counter() - t_loop:.1f}s in the loop")
+    print(
+        f"plain loop: {cfg.rounds} rounds on {device}, test accuracy {correct / len(test):.4f}, "
+        f"{time.perf_counter() - t0:.1f}s after start-up, {time.perf_counter() - t_loop:.1f}s in the loop"
+    )
 
 
 if __name__ == "__main__":

@@ -116,8 +116,13 @@ def one(name: str, n: int, ward: str, k: int, rounds: int) -> dict:
             times.append(dt)
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     return {
-        "sampler": name, "clients": n, "ward": ward if name != "uniform" else "-", "k": k,
-        "round_s": statistics.median(times), "traced_peak_mib": peak / 2**20, "rss_mib": rss_mib,
+        "sampler": name,
+        "clients": n,
+        "ward": ward if name != "uniform" else "-",
+        "k": k,
+        "round_s": statistics.median(times),
+        "traced_peak_mib": peak / 2**20,
+        "rss_mib": rss_mib,
         "prefill_s": prefill_s,
     }
 
@@ -138,7 +143,7 @@ def main() -> None:
     print(f"{'sampler':>10} {'N':>6} {'ward':>9} {'s/round':>9} {'round peak MiB':>15} {'RSS MiB':>8} {'prefill s':>9}")
     for n in args.clients:
         for name in args.samplers:
-            for ward in (["-"] if name == "uniform" else args.ward):
+            for ward in ["-"] if name == "uniform" else args.ward:
                 if name != "uniform" and ward == "scalable" and n <= 1000:
                     continue  # identical to exact below the 1000-client subsample
                 cmd = [sys.executable, __file__, "--one", name, str(n), ward]

@@ -26,8 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 STRATEGIES = {
     "uniform+fedavg": [],
     "hics+fedaware": [
-        "strategy.sampler.name=hics", "strategy.sampler.ward=scalable", "strategy.aggregator.name=fedaware",
-        "strategy.aggregator.aware_memory=last-layers", "strategy.aggregator.aware_dtype=float16",
+        "strategy.sampler.name=hics",
+        "strategy.sampler.ward=scalable",
+        "strategy.aggregator.name=fedaware",
+        "strategy.aggregator.aware_memory=last-layers",
+        "strategy.aggregator.aware_dtype=float16",
     ],
 }
 
@@ -55,12 +58,26 @@ def _tree_rss(root_pid: int) -> int:
 def run(num_clients: int, rounds: int, extra: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out"
-        cmd = [sys.executable, "-m", "fedflex.cli", "run", str(ROOT / "scenarios" / "scale_10k.yaml"),
-               f"num_clients={num_clients}", f"rounds={rounds}", "evaluation.every=1000", "output.plots=false",
-               "output.progress=off", "output.checkpoint_every=0", *extra, "--out", str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "fedflex.cli",
+            "run",
+            str(ROOT / "scenarios" / "scale_10k.yaml"),
+            f"num_clients={num_clients}",
+            f"rounds={rounds}",
+            "evaluation.every=1000",
+            "output.plots=false",
+            "output.progress=off",
+            "output.checkpoint_every=0",
+            *extra,
+            "--out",
+            str(out),
+        ]
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
         peak = 0
         while proc.poll() is None:
             peak = max(peak, _tree_rss(proc.pid))
@@ -87,12 +104,18 @@ def main() -> None:
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES))
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    print(f"{'strategy':>15} {'N':>6} {'peak MiB':>9} {'round 1 s':>10} {'round s':>8} {'online':>7} {'trained':>8} {'wall s':>7}")
+    print(
+        f"{'strategy':>15} {'N':>6} {'peak MiB':>9} {'round 1 s':>10} {'round s':>8} "
+        f"{'online':>7} {'trained':>8} {'wall s':>7}"
+    )
     for name in args.strategies:
         for n in args.clients:
             r = run(n, args.rounds, STRATEGIES[name] + list(args.overrides))
-            print(f"{name:>15} {n:>6} {r['peak_mib']:>9.0f} {r['round1_s']:>10.1f} {r['round_s']:>8.2f} "
-                  f"{r['online']:>7.0f} {r['trained']:>8.0f} {r['wall_s']:>7.1f}", flush=True)
+            print(
+                f"{name:>15} {n:>6} {r['peak_mib']:>9.0f} {r['round1_s']:>10.1f} {r['round_s']:>8.2f} "
+                f"{r['online']:>7.0f} {r['trained']:>8.0f} {r['wall_s']:>7.1f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

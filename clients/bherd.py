@@ -129,8 +129,10 @@ def centered_gram(rows: torch.Tensor, counts: Optional[Sequence[int]] = None) ->
     """
     m, d = rows.shape
     work = torch.float64 if rows.dtype == torch.float64 else torch.float32
-    n = torch.ones(m, dtype=work, device=rows.device) if counts is None else torch.as_tensor(
-        list(counts), dtype=work, device=rows.device
+    n = (
+        torch.ones(m, dtype=work, device=rows.device)
+        if counts is None
+        else torch.as_tensor(list(counts), dtype=work, device=rows.device)
     )
     total = float(n.sum())
     out = torch.zeros(m, m, dtype=torch.float64, device=rows.device)
@@ -180,7 +182,7 @@ def herd_select_naive(vectors: np.ndarray, k: int) -> list[int]:
     free = list(range(len(z)))
     order: list[int] = []
     for _ in range(min(int(k), len(z))):
-        norms = [np.linalg.norm(s + c[l]) for l in free]
+        norms = [np.linalg.norm(s + c[row]) for row in free]
         j = free[int(np.argmin(norms))]
         order.append(j)
         free.remove(j)
@@ -347,7 +349,10 @@ def unflatten(vector: torch.Tensor, named: "OrderedDict[str, torch.Tensor]") -> 
 
 def _check_sgd(inp: RuleInput, rule: str) -> None:
     if inp.settings.optimizer != "sgd":
-        raise ValueError(f"{rule}: needs client.optimizer=sgd (its server step is eta times gradients), got {inp.settings.optimizer!r}")
+        raise ValueError(
+            f"{rule}: needs client.optimizer=sgd (its server step is eta times gradients), "
+            f"got {inp.settings.optimizer!r}"
+        )
 
 
 # ---------------------------------------------------------------------------- rules
@@ -374,14 +379,24 @@ def bherd_rule(inp: RuleInput) -> RuleOutput:
     tau = result.num_steps
     mean = store.total / tau if tau else store.total
     distance = float(torch.linalg.vector_norm(g / k - mean)) if k else math.nan
-    logger.debug("bherd: tau=%d, %d stored rows (%d bytes), picked %d steps: %s", tau, len(store.counts), store.nbytes, k, order[:10])
+    logger.debug(
+        "bherd: tau=%d, %d stored rows (%d bytes), picked %d steps: %s",
+        tau,
+        len(store.counts),
+        store.nbytes,
+        k,
+        order[:10],
+    )
     del store
     extras = {keys.HERD_G: unflatten(g, named)}
     if variates is not None:
         extras[keys.SCAFFOLD_DC] = scaffold_finish(inp, variates, x, named, tau)
     metrics = {
-        keys.HERD_TAU: tau, keys.HERD_K: k, keys.HERD_ALPHA_I: k / tau if tau else 0.0,
-        keys.HERD_DISTANCE: distance, keys.HERD_MEAN_NORM: float(torch.linalg.vector_norm(mean)),
+        keys.HERD_TAU: tau,
+        keys.HERD_K: k,
+        keys.HERD_ALPHA_I: k / tau if tau else 0.0,
+        keys.HERD_DISTANCE: distance,
+        keys.HERD_MEAN_NORM: float(torch.linalg.vector_norm(mean)),
     }
     return RuleOutput(result, extras=extras, metrics=metrics)
 
@@ -403,7 +418,10 @@ def grab_rule(inp: RuleInput) -> RuleOutput:
     tau, k = result.num_steps, balancer.selected
     distance = float(torch.linalg.vector_norm(balancer.g / k - total / tau)) if k else math.nan
     metrics = {
-        keys.HERD_TAU: tau, keys.HERD_K: k, keys.HERD_ALPHA_I: balancer.alpha,
-        keys.HERD_DISTANCE: distance, keys.HERD_MEAN_NORM: float(torch.linalg.vector_norm(total / tau)) if tau else math.nan,
+        keys.HERD_TAU: tau,
+        keys.HERD_K: k,
+        keys.HERD_ALPHA_I: balancer.alpha,
+        keys.HERD_DISTANCE: distance,
+        keys.HERD_MEAN_NORM: float(torch.linalg.vector_norm(total / tau)) if tau else math.nan,
     }
     return RuleOutput(result, extras={keys.HERD_G: unflatten(balancer.g, named)}, metrics=metrics)

@@ -17,8 +17,8 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from clients.runtime import Task, get_task
 from clients.rules import LOCAL_RULES, RuleInput, RuleOutput
+from clients.runtime import Task, get_task
 from clients.train import TrainSettings
 from fedflex import keys
 from fedflex.evaluation import evaluate
@@ -33,8 +33,7 @@ def _partition_id(context: Context) -> int:
         return int(context.node_config[keys.NODE_PARTITION_ID])
     except KeyError:
         raise ValueError(
-            "this SuperNode has no partition-id: start it with "
-            "--node-config 'partition-id=<id> num-partitions=<N>'"
+            "this SuperNode has no partition-id: start it with --node-config 'partition-id=<id> num-partitions=<N>'"
         ) from None
 
 
@@ -45,8 +44,7 @@ def _task(msg: Message, context: Context) -> Task:
     num_partitions = context.node_config.get(keys.NODE_NUM_PARTITIONS)
     if num_partitions is not None and int(num_partitions) != task.num_clients:
         raise ValueError(
-            f"node has num-partitions={num_partitions} but the scenario has "
-            f"num_clients={task.num_clients}"
+            f"node has num-partitions={num_partitions} but the scenario has num_clients={task.num_clients}"
         )
     return task
 
@@ -75,9 +73,7 @@ def _load_global(task: Task, msg: Message) -> None:
 def _payload(msg: Message) -> dict:
     """The server's further array records (e.g. SCAFFOLD's c) as tensors."""
     return {
-        name: record.to_torch_state_dict()
-        for name, record in msg.content.array_records.items()
-        if name != keys.ARRAYS
+        name: record.to_torch_state_dict() for name, record in msg.content.array_records.items() if name != keys.ARRAYS
     }
 
 
@@ -95,9 +91,16 @@ def _rule_input(msg: Message, context: Context, task: Task, payload: Optional[di
         int(config[keys.SEED]) * 1_000_003 + (0 if fixed_order else server_round * 10_007) + pid
     )
     return RuleInput(
-        model=task.model, data=task.train, indices=task.client_indices(pid), settings=settings,
-        generator=generator, device=task.device, payload=payload, state=context.state,
-        server_round=server_round, options=dict(config),
+        model=task.model,
+        data=task.train,
+        indices=task.client_indices(pid),
+        settings=settings,
+        generator=generator,
+        device=task.device,
+        payload=payload,
+        state=context.state,
+        server_round=server_round,
+        options=dict(config),
     )
 
 

@@ -154,7 +154,9 @@ def _schedule(
     return rows.to(device), weights.to(device), [len(o) for o in orders]
 
 
-def _stack(terms: Sequence[Optional[dict[str, torch.Tensor]]], like: dict[str, torch.Tensor]) -> Optional[dict[str, torch.Tensor]]:
+def _stack(
+    terms: Sequence[Optional[dict[str, torch.Tensor]]], like: dict[str, torch.Tensor]
+) -> Optional[dict[str, torch.Tensor]]:
     """Per-client correction tensors stacked on the client axis (zeros where a client
     has none); None when no client has one."""
     if all(t is None for t in terms):
@@ -209,8 +211,9 @@ def train_cohort(
     results, trained = [None] * len(clients), [None] * len(clients)
     for j, k in enumerate(order):
         n = counts[k]
-        results[k] = TrainResult(num_examples=len(clients[k].indices), num_steps=n,
-                                 train_loss=losses[j] / n if n else math.nan)
+        results[k] = TrainResult(
+            num_examples=len(clients[k].indices), num_steps=n, train_loss=losses[j] / n if n else math.nan
+        )
         trained[k] = OrderedDict((name, p[j]) for name, p in params.items())
     return trained, results
 

@@ -115,7 +115,9 @@ class CohortTrainer:
             return None
         reason = unsupported_reason(task.model)
         if reason is not None:
-            self._say_once(f"model:{reason}", "cohorts: the model cannot be batched (%s); clients train one at a time", reason)
+            self._say_once(
+                f"model:{reason}", "cohorts: the model cannot be batched (%s); clients train one at a time", reason
+            )
             return None
         return task, rule
 
@@ -141,11 +143,17 @@ class CohortTrainer:
             logger.info(
                 "cohorts (simulation.vectorize=auto): one step on %s took %.2f ms per client one by one, "
                 "%.2f ms for 1 and %.2f ms for %d clients batched",
-                task.device, 1e3 * seq, 1e3 * one, 1e3 * full, size,
+                task.device,
+                1e3 * seq,
+                1e3 * one,
+                1e3 * full,
+                size,
             )
         seq, one, full = self._costs[key]
         per_client = (full - one) / max(size - 1, 1)
-        steps = sorted((num_steps(len(task.client_indices(_partition_id(ctx))), settings) for _, ctx in group), reverse=True)
+        steps = sorted(
+            (num_steps(len(task.client_indices(_partition_id(ctx))), settings) for _, ctx in group), reverse=True
+        )
         coh_s = 0.0
         for lo in range(0, len(steps), chunk):
             part = steps[lo : lo + chunk]
@@ -158,7 +166,11 @@ class CohortTrainer:
                 logging.INFO if key not in self._choice else logging.DEBUG,
                 "cohorts (simulation.vectorize=auto): %d clients, %d steps in all, at most %d each: "
                 "predicted %.0f ms batched vs %.0f ms one by one: training %s (predicted again every round)",
-                len(group), sum(steps), steps[0] if steps else 0, 1e3 * coh_s, 1e3 * seq_s,
+                len(group),
+                sum(steps),
+                steps[0] if steps else 0,
+                1e3 * coh_s,
+                1e3 * seq_s,
                 "in cohorts" if batched else "one client at a time",
             )
         self._choice[key] = batched
@@ -176,12 +188,15 @@ class CohortTrainer:
 
         def one_by_one(settings: TrainSettings) -> None:
             for ix in indices[:CALIBRATION_CLIENTS]:
-                local_train(copy.deepcopy(model), task.train, ix, settings, torch.Generator().manual_seed(0), task.device)
+                local_train(
+                    copy.deepcopy(model), task.train, ix, settings, torch.Generator().manual_seed(0), task.device
+                )
 
         def batched(ixs) -> Callable[[TrainSettings], None]:
             def run(settings: TrainSettings) -> None:
                 clients = [CohortClient(ix, torch.Generator().manual_seed(0)) for ix in ixs]
                 train_cohort(model, task.train, clients, settings, task.device)
+
             return run
 
         times = []
@@ -215,7 +230,7 @@ class CohortTrainer:
         x = OrderedDict((k, p.detach().clone()) for k, p in task.model.named_parameters())
         replies: list[Optional[Message]] = [None] * len(group)
         started = []
-        for i, ((msg, ctx), inp) in enumerate(zip(group, inputs)):
+        for i, ((msg, _ctx), inp) in enumerate(zip(group, inputs)):
             try:
                 started.append((i, steps.start(inp, x)))
             except Exception as exc:  # this client's error reply; the others go on
@@ -279,8 +294,13 @@ def train_packed(msg: Message, context: Context) -> Message:
     pairs = []
     for c in clients:
         node_config = {**context.node_config, keys.NODE_PARTITION_ID: c}
-        ctx = Context(run_id=context.run_id, node_id=context.node_id, node_config=node_config,
-                      state=states[c], run_config=context.run_config)
+        ctx = Context(
+            run_id=context.run_id,
+            node_id=context.node_id,
+            node_config=node_config,
+            state=states[c],
+            run_config=context.run_config,
+        )
         pairs.append((Message(content=shared, metadata=copy.copy(msg.metadata)), ctx))
 
     def deliver(m: Message, ctx: Context) -> Message:
@@ -290,7 +310,7 @@ def train_packed(msg: Message, context: Context) -> Message:
             return _error_reply(m, exc)
 
     packed = RecordDict()
-    for (m, ctx), reply in zip(pairs, trainer(pairs, deliver)):
+    for (_msg, ctx), reply in zip(pairs, trainer(pairs, deliver)):
         c = int(ctx.node_config[keys.NODE_PARTITION_ID])
         if reply.has_error():
             packed[client_record(c, keys.COHORT_ERROR)] = ConfigRecord({"reason": reply.error.reason})

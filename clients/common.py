@@ -87,5 +87,3 @@ def load_state(state: Optional[RecordDict], name: str, like: "OrderedDict[str, t
         if list(stored) == list(like) and all(stored[k].shape == like[k].shape for k in like):
             return {k: stored[k].to(device) for k in like}
     return {k: torch.zeros_like(p.detach()) for k, p in like.items()}
-
-

@@ -40,9 +40,7 @@ class Task:
 
     def client_indices(self, partition_id: int) -> torch.Tensor:
         if not 0 <= partition_id < self.num_clients:
-            raise ValueError(
-                f"partition-id {partition_id} is outside 0..{self.num_clients - 1} for this scenario"
-            )
+            raise ValueError(f"partition-id {partition_id} is outside 0..{self.num_clients - 1} for this scenario")
         return self._indices[partition_id]
 
     def __post_init__(self) -> None:

@@ -67,9 +67,7 @@ class TrainResult:
 def make_optimizer(params, settings: TrainSettings) -> torch.optim.Optimizer:
     """SGD (with momentum / weight decay) or Adam, from the settings."""
     if settings.optimizer == "sgd":
-        return torch.optim.SGD(
-            params, lr=settings.lr, momentum=settings.momentum, weight_decay=settings.weight_decay
-        )
+        return torch.optim.SGD(params, lr=settings.lr, momentum=settings.momentum, weight_decay=settings.weight_decay)
     if settings.optimizer == "adam":
         return torch.optim.Adam(params, lr=settings.lr, weight_decay=settings.weight_decay)
     raise ValueError(f"unknown optimizer {settings.optimizer!r}: use sgd or adam")

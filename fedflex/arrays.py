@@ -13,6 +13,7 @@ from typing import Mapping
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
+
 def record_to_numpy(record: ArrayRecord) -> "OrderedDict[str, np.ndarray]":
     """Arrays of a record, in the record's key order."""
     return OrderedDict((key, array.numpy()) for key, array in record.items())

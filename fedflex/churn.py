@@ -143,9 +143,7 @@ class AlwaysOnline(Availability):
 class _RoundRobinSessions(Availability):
     """Fixed online sets, one per session of ``rounds_per_session`` rounds."""
 
-    def __init__(
-        self, num_clients: int, online_sets: list[np.ndarray], rounds_per_session: int, cycle: bool
-    ) -> None:
+    def __init__(self, num_clients: int, online_sets: list[np.ndarray], rounds_per_session: int, cycle: bool) -> None:
         super().__init__(num_clients)
         if not online_sets:
             raise ValueError(f"{type(self).__name__} needs at least one session")
@@ -220,8 +218,7 @@ class ExplicitSessions(_RoundRobinSessions):
             bad = arr[(arr < 0) | (arr >= num_clients)]
             if bad.size:
                 raise ValueError(
-                    f"sessions[{s}] = {list(ids)!r}: client ids must lie in 0..{num_clients - 1} "
-                    f"(got {bad.tolist()})"
+                    f"sessions[{s}] = {list(ids)!r}: client ids must lie in 0..{num_clients - 1} (got {bad.tolist()})"
                 )
             sets.append(arr)
         super().__init__(num_clients, sets, rounds_per_session, cycle)
@@ -263,8 +260,7 @@ class LabelSessions(_RoundRobinSessions):
         num_clients = _check_count("num_clients", num_clients, 1)
         if len(client_labels) != num_clients:
             raise ValueError(
-                f"client_labels has {len(client_labels)} entries: needs one label set per client "
-                f"({num_clients})"
+                f"client_labels has {len(client_labels)} entries: needs one label set per client ({num_clients})"
             )
         self.session_labels = [frozenset(int(y) for y in labels) for labels in session_labels]
         self.client_labels = [frozenset(int(y) for y in labels) for labels in client_labels]
@@ -322,9 +318,7 @@ class MarkovChurn(Availability):
         self.p_join = _check_prob("p_join", p_join)
         if initial_online is None:
             if self.p_leave + self.p_join == 0:
-                raise ValueError(
-                    "p_leave = p_join = 0: the chain has no stationary share; set initial_online"
-                )
+                raise ValueError("p_leave = p_join = 0: the chain has no stationary share; set initial_online")
             initial_online = self.p_join / (self.p_leave + self.p_join)
         self.initial_online = _check_prob("initial_online", initial_online)
         self.seed = _check_count("seed", seed, 0)
@@ -410,8 +404,13 @@ class TraceAvailability(Availability):
         self._from = np.asarray(starts, dtype=np.int64)
         self._until = np.asarray(ends, dtype=np.int64)
         never = self.num_clients - np.unique(self._client).size
-        log.info("trace %s: %d intervals, %d of %d clients never online",
-                 self.path, self._client.size, never, self.num_clients)
+        log.info(
+            "trace %s: %d intervals, %d of %d clients never online",
+            self.path,
+            self._client.size,
+            never,
+            self.num_clients,
+        )
 
     def _error(self, line: int, problem: str) -> ValueError:
         return ValueError(f"trace {self.path}, line {line}: {problem}")
@@ -460,9 +459,7 @@ class TraceAvailability(Availability):
             raise self._error(line, f"online_from = {start} >= online_until = {end}")
         return client, start, end
 
-    def _cell(
-        self, line: int, row: list[str], col: dict[str, int], name: str, empty: Optional[int] = None
-    ) -> int:
+    def _cell(self, line: int, row: list[str], col: dict[str, int], name: str, empty: Optional[int] = None) -> int:
         """The integer in column ``name``; ``empty`` (when given) stands for a blank cell."""
         if col[name] >= len(row):
             raise self._error(line, f"missing value for column {name}")
@@ -522,9 +519,7 @@ def make_availability(
             raise ValueError("churn.kind = 'label-sessions' needs churn.session_labels (lists of labels)")
         if client_labels is None:
             raise ValueError("churn.kind = 'label-sessions' needs the clients' label sets (client_labels)")
-        return LabelSessions(
-            num_clients, cfg.session_labels, client_labels, cfg.rounds_per_session, cfg.cycle
-        )
+        return LabelSessions(num_clients, cfg.session_labels, client_labels, cfg.rounds_per_session, cfg.cycle)
     if kind == "markov":
         return MarkovChurn(num_clients, cfg.p_leave, cfg.p_join, seed, cfg.initial_online)
     if kind == "trace":
@@ -617,11 +612,17 @@ class SessionTracker:
             distance = _jaccard_distance(self.members, current)
             lasted = t - self.session_start_round
             if lasted < self.min_session_rounds:
-                log.debug("round %d: online set changed, session %d only %d round(s) old; kept",
-                          t, self.session, lasted)
+                log.debug(
+                    "round %d: online set changed, session %d only %d round(s) old; kept", t, self.session, lasted
+                )
             elif distance <= self.change_threshold:
-                log.debug("round %d: Jaccard distance %.3f <= threshold %.3f; session %d kept",
-                          t, distance, self.change_threshold, self.session)
+                log.debug(
+                    "round %d: Jaccard distance %.3f <= threshold %.3f; session %d kept",
+                    t,
+                    distance,
+                    self.change_threshold,
+                    self.session,
+                )
             else:
                 started = True
         if started:
@@ -629,8 +630,13 @@ class SessionTracker:
             self.session_start_round = t
             self.members = current
             self.history.append((t, current))
-            log.info("round %d: session %d starts with %d online client(s) (Jaccard distance %.3f)",
-                     t, self.session, len(current), distance)
+            log.info(
+                "round %d: session %d starts with %d online client(s) (Jaccard distance %.3f)",
+                t,
+                self.session,
+                len(current),
+                distance,
+            )
         self._last_round, self._last_started = t, started
         return self.session, started
 

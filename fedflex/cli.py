@@ -58,7 +58,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("unrecognized arguments: " + " ".join(unknown or rest))
     if rest:
         args.overrides = [*args.overrides, *rest]
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     if args.command == "run":
         return _run(args)
     if args.command == "deploy":
@@ -169,7 +171,9 @@ def _finished(out: Path) -> int:
 def _resume(args: argparse.Namespace) -> int:
     out = Path(args.resume)
     if args.scenario or args.overrides or args.out:
-        return _fail("--resume DIR takes no scenario, overrides or --out: the run continues as configured in DIR/config.yaml")
+        return _fail(
+            "--resume DIR takes no scenario, overrides or --out: the run continues as configured in DIR/config.yaml"
+        )
     from strategies.server_app import CHECKPOINT_FILE, CheckpointError, load_checkpoint
 
     if not (out / CHECKPOINT_FILE).is_file():

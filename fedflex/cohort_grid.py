@@ -161,12 +161,16 @@ class CohortGrid(Grid):
 
     def _unpack(self, reply: Message, clients: list[int], by_client: dict[int, Message]) -> list[Message]:
         if reply.has_error():
-            return [Message(Error(code=reply.error.code, reason=reply.error.reason), reply_to=by_client[c]) for c in clients]
+            return [
+                Message(Error(code=reply.error.code, reason=reply.error.reason), reply_to=by_client[c]) for c in clients
+            ]
         out = []
         for c in clients:
             errors = reply.content.config_records.get(client_record(c, keys.COHORT_ERROR))
             if errors is not None:
-                out.append(Message(Error(code=ERROR_CLIENT_APP_RAISED, reason=str(errors["reason"])), reply_to=by_client[c]))
+                out.append(
+                    Message(Error(code=ERROR_CLIENT_APP_RAISED, reason=str(errors["reason"])), reply_to=by_client[c])
+                )
                 continue
             content, state = RecordDict(), RecordDict()
             for name, record in reply.content.items():

@@ -154,7 +154,9 @@ class PartitionConfig:
         _choice(path, "scheme", self.scheme, PARTITIONS)
         _choice(path, "labels", self.labels, ("mapped", "source"))
         if self.scheme == "label-groups" and not any(self.label_groups):
-            raise ConfigError(_join(path, "label_groups"), self.label_groups, "label-groups needs a list of label lists")
+            raise ConfigError(
+                _join(path, "label_groups"), self.label_groups, "label-groups needs a list of label lists"
+            )
         for g, group in enumerate(self.label_groups):
             for label in group:
                 _num(path, f"label_groups[{g}]", label, ge=0)
@@ -190,7 +192,8 @@ class ModelConfig:
         _choice(path, "loss", self.loss, LOSSES)
         if self.name == "svm" and self.loss != "squared-hinge":
             raise ConfigError(
-                _join(path, "loss"), self.loss,
+                _join(path, "loss"),
+                self.loss,
                 "model svm has one output (a binary scorer): use squared-hinge",
             )
         _choice(path, "norm", self.norm, ("batch", "group"))
@@ -466,9 +469,7 @@ class ChurnConfig:
         if self.kind == "sessions" and not self.sessions:
             raise ConfigError(_join(path, "sessions"), [], "kind=sessions needs a list of client-id lists")
         if self.kind == "label-sessions" and not self.session_labels:
-            raise ConfigError(
-                _join(path, "session_labels"), [], "kind=label-sessions needs a list of label lists"
-            )
+            raise ConfigError(_join(path, "session_labels"), [], "kind=label-sessions needs a list of label lists")
         if self.kind == "trace" and not self.trace:
             raise ConfigError(_join(path, "trace"), self.trace, "kind=trace needs a CSV path")
         _num(path, "rounds_per_session", self.rounds_per_session, ge=1)
@@ -557,7 +558,9 @@ class SimulationConfig:
     def validate(self, path: str) -> None:
         _choice(path, "backend", self.backend, ("ray", "local"))
         # YAML 1.1 reads a bare on / off as a boolean, which OmegaConf then writes as a string
-        self.vectorize = {"True": "on", "true": "on", "False": "off", "false": "off"}.get(self.vectorize, self.vectorize)
+        self.vectorize = {"True": "on", "true": "on", "False": "off", "false": "off"}.get(
+            self.vectorize, self.vectorize
+        )
         _choice(path, "vectorize", self.vectorize, ("auto", "on", "off"))
         _num(path, "cohort_size", self.cohort_size, ge=0)
         _num(path, "num_cpus", self.num_cpus, gt=0)
@@ -647,28 +650,34 @@ class ScenarioConfig:
                 sub.validate(_join(path, f.name))
         if self.partition.scheme == "natural" and self.dataset.name != "synthetic":
             raise ConfigError(
-                "partition.scheme", "natural", f"dataset {self.dataset.name} has no natural split; "
+                "partition.scheme",
+                "natural",
+                f"dataset {self.dataset.name} has no natural split; "
                 "use iid, dirichlet, shards, mixed-dirichlet or label-sets",
             )
         if self.deployment.wait_for_nodes > self.num_clients:
             raise ConfigError(
-                "deployment.wait_for_nodes", self.deployment.wait_for_nodes,
+                "deployment.wait_for_nodes",
+                self.deployment.wait_for_nodes,
                 f"must be <= num_clients ({self.num_clients})",
             )
         if self.simulation.vectorize == "on" and self.model.name == "resnet18" and self.model.norm == "batch":
             raise ConfigError(
-                "simulation.vectorize", "on",
+                "simulation.vectorize",
+                "on",
                 "model resnet18 with model.norm=batch keeps BatchNorm running statistics, which a "
                 "batched cohort cannot keep per client; use model.norm=group, or vectorize=auto / off",
             )
         if self.strategy.sampler.clients_per_round > self.num_clients:
             raise ConfigError(
-                "strategy.sampler.clients_per_round", self.strategy.sampler.clients_per_round,
+                "strategy.sampler.clients_per_round",
+                self.strategy.sampler.clients_per_round,
                 f"must be <= num_clients ({self.num_clients})",
             )
         if self.strategy.sampler.min_clients > self.num_clients:
             raise ConfigError(
-                "strategy.sampler.min_clients", self.strategy.sampler.min_clients,
+                "strategy.sampler.min_clients",
+                self.strategy.sampler.min_clients,
                 f"must be <= num_clients ({self.num_clients})",
             )
         for s, ids in enumerate(self.churn.sessions):
@@ -679,7 +688,8 @@ class ScenarioConfig:
                     )
         if self.partition.scheme == "mixed-dirichlet" and self.num_clients % len(self.partition.alphas):
             raise ConfigError(
-                "num_clients", self.num_clients,
+                "num_clients",
+                self.num_clients,
                 f"mixed-dirichlet needs a multiple of len(partition.alphas) = {len(self.partition.alphas)}",
             )
 
@@ -723,7 +733,9 @@ def load_scenario(path: Optional[str | Path] = None, overrides: Iterable[str] = 
         raise ConfigError("scenario", str(path), "did not load as a scenario")
     cfg.validate()
     if cfg.churn.trace:
-        from_file = path is not None and file_trace is not None and not any(o.startswith("churn.trace=") for o in overrides)
+        from_file = (
+            path is not None and file_trace is not None and not any(o.startswith("churn.trace=") for o in overrides)
+        )
         base = Path(path).resolve().parent if from_file else Path.cwd()
         cfg.churn.trace = str((base / Path(cfg.churn.trace).expanduser()).resolve())
     if cfg.churn.kind == "trace":
@@ -756,7 +768,10 @@ class _UniqueKeyLoader:
                 key = loader.construct_object(key_node, deep=deep)
                 if key in seen:
                     mark = key_node.start_mark
-                    raise _DuplicateKey(f"key {key!r} given twice (line {seen[key] + 1}, and line {mark.line + 1} column {mark.column + 1})")
+                    raise _DuplicateKey(
+                        f"key {key!r} given twice (line {seen[key] + 1}, "
+                        f"and line {mark.line + 1} column {mark.column + 1})"
+                    )
                 seen[key] = key_node.start_mark.line
             return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
@@ -787,7 +802,9 @@ def _read_yaml(p: Path) -> dict:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(
-            "scenario", str(p), f"the top level must be a mapping of keys (name: ..., rounds: ...), not a {type(data).__name__}"
+            "scenario",
+            str(p),
+            f"the top level must be a mapping of keys (name: ..., rounds: ...), not a {type(data).__name__}",
         )
     return data
 

@@ -348,9 +348,7 @@ def _load_idx_family(
             _unpack_debian_fmnist(raw)
 
     def build(train: bool) -> Any:
-        return _construct(
-            name, lambda: cls(str(root), train=train, download=cfg.download), looked, how, cfg.download
-        )
+        return _construct(name, lambda: cls(str(root), train=train, download=cfg.download), looked, how, cfg.download)
 
     train, test = build(True), build(False)
     return FederatedData(
@@ -535,10 +533,13 @@ def load_dataset(cfg: DatasetConfig, num_clients: int, seed: int) -> FederatedDa
     data = apply_label_map(data, cfg.label_map)
     log.info(
         "loaded %s: %d train / %d test examples, input shape %s, %d classes",
-        cfg.name, len(data.train), len(data.test), data.train.input_shape, data.train.num_classes,
+        cfg.name,
+        len(data.train),
+        len(data.test),
+        data.train.input_shape,
+        data.train.num_classes,
     )
     return data
-
 
 
 def apply_label_map(data: FederatedData, label_map: str) -> FederatedData:
@@ -561,7 +562,10 @@ def apply_label_map(data: FederatedData, label_map: str) -> FederatedData:
             return ArrayDataset(part.x, torch.remainder(part.y, 2), 2, part.mean, part.std)
 
         return FederatedData(
-            train=mapped(data.train), test=mapped(data.test), natural_partition=data.natural_partition, source=data.train
+            train=mapped(data.train),
+            test=mapped(data.test),
+            natural_partition=data.natural_partition,
+            source=data.train,
         )
     raise ConfigError("dataset.label_map", label_map, "must be one of none, even-odd")
 
@@ -577,9 +581,7 @@ def _source_signature(folder: Path) -> list[tuple[str, int, int]]:
     if not folder.is_dir():
         return []
     return sorted(
-        (str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns)
-        for p in folder.rglob("*")
-        if p.is_file()
+        (str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()
     )
 
 
@@ -617,7 +619,9 @@ def _from_blob(blob: dict) -> FederatedData:
     def part(prefix: str) -> ArrayDataset:
         stats = blob["stats"]
         return ArrayDataset(
-            x=blob[f"{prefix}_x"], y=blob[f"{prefix}_y"], num_classes=int(stats["num_classes"]),
+            x=blob[f"{prefix}_x"],
+            y=blob[f"{prefix}_y"],
+            num_classes=int(stats["num_classes"]),
             mean=tuple(stats["mean"]) if stats["mean"] is not None else None,
             std=tuple(stats["std"]) if stats["std"] is not None else None,
         )
@@ -630,8 +634,10 @@ def _save_blob(path: Path, data: FederatedData, signature: list) -> None:
         "format": _CACHE_FORMAT,
         "signature": [list(s) for s in signature],
         "stats": {"num_classes": data.train.num_classes, "mean": data.train.mean, "std": data.train.std},
-        "train_x": data.train.x.contiguous(), "train_y": data.train.y.contiguous(),
-        "test_x": data.test.x.contiguous(), "test_y": data.test.y.contiguous(),
+        "train_x": data.train.x.contiguous(),
+        "train_y": data.train.y.contiguous(),
+        "test_x": data.test.x.contiguous(),
+        "test_y": data.test.y.contiguous(),
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

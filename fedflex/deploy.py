@@ -208,9 +208,12 @@ def superlink_command(
         cmd.append("--insecure")
     else:
         cmd += [
-            "--ssl-ca-certfile", str(tls.ca_cert),
-            "--ssl-certfile", str(tls.server_cert),
-            "--ssl-keyfile", str(tls.server_key),
+            "--ssl-ca-certfile",
+            str(tls.ca_cert),
+            "--ssl-certfile",
+            str(tls.server_cert),
+            "--ssl-keyfile",
+            str(tls.server_key),
         ]
     if auth:
         cmd.append("--enable-supernode-auth")
@@ -295,7 +298,9 @@ class ManagedProcess:
         Where stdout and stderr go (appended).
     """
 
-    def __init__(self, name: str, cmd: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Optional[Path] = None):
+    def __init__(
+        self, name: str, cmd: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Optional[Path] = None
+    ):
         self.name = name
         self.cmd = list(cmd)
         self.log_path = log_path
@@ -305,8 +310,13 @@ class ManagedProcess:
             log.flush()
             self._log_start = log.tell()  # output() shows this start only
             self.popen = subprocess.Popen(  # noqa: S603 - our own command lines
-                self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=dict(env), cwd=str(cwd) if cwd else None, start_new_session=True,
+                self.cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(env),
+                cwd=str(cwd) if cwd else None,
+                start_new_session=True,
             )
         self.pid = self.popen.pid
         self.family: dict[int, int] = {}  # pid -> start time of every process seen under it
@@ -347,10 +357,7 @@ class ManagedProcess:
     def leftovers(self) -> list[int]:
         """Remembered descendants still running (not zombies, same start time)."""
         table = _proc_table()
-        return [
-            p for p, start in self.family.items()
-            if p in table and table[p][2] == start and table[p][3] != "Z"
-        ]
+        return [p for p, start in self.family.items() if p in table and table[p][2] == start and table[p][3] != "Z"]
 
     # ---------------------------------------------------------------- signals
     def _signal(self, sig: int) -> None:
@@ -520,9 +527,7 @@ class LocalFederation:
             check_port_free(self.superlink_port, what="SuperLink port")
         self.address = f"{LOOPBACK}:{self.superlink_port}"
         cli_home = self._home("cli")
-        (cli_home / "config.toml").write_text(
-            flwr_config_toml(self.address, self.tls.ca_cert if self.tls else None)
-        )
+        (cli_home / "config.toml").write_text(flwr_config_toml(self.address, self.tls.ca_cert if self.tls else None))
 
     # ---------------------------------------------------------------- context manager
     def __enter__(self) -> "LocalFederation":
@@ -560,9 +565,14 @@ class LocalFederation:
         assert self.superlink_port is not None
         check_port_free(self.superlink_port, what="SuperLink port")
         cmd = superlink_command(self.superlink_port, tls=self.tls, auth=self.auth)
-        proc = self.superlink = ManagedProcess("superlink", cmd, self._env("superlink"), self.logs / "superlink.log", cwd=self.workdir)
+        proc = self.superlink = ManagedProcess(
+            "superlink", cmd, self._env("superlink"), self.logs / "superlink.log", cwd=self.workdir
+        )
         if not wait_until(lambda: not proc.alive() or port_open(self.superlink_port), self.start_timeout):
-            raise DeployError(f"the SuperLink did not open port {self.superlink_port} within {self.start_timeout:.0f} s:\n{proc.tail()}")
+            raise DeployError(
+                f"the SuperLink did not open port {self.superlink_port} within {self.start_timeout:.0f} s:\n"
+                f"{proc.tail()}"
+            )
         if not proc.alive():
             raise DeployError(f"the SuperLink exited with status {proc.returncode}:\n{proc.tail()}")
         logger.info("SuperLink listening on %s (%s)", self.address, "TLS" if self.tls else "insecure")
@@ -582,7 +592,12 @@ class LocalFederation:
         logger.info("registered %s", public_key)
 
     def start_supernode(
-        self, partition_id: int, *, wait: bool = True, auth_key: Optional[Path] = None, max_wait_time: Optional[float] = None
+        self,
+        partition_id: int,
+        *,
+        wait: bool = True,
+        auth_key: Optional[Path] = None,
+        max_wait_time: Optional[float] = None,
     ) -> ManagedProcess:
         """Start (or restart) the SuperNode of ``partition_id``; it keeps its Runtime API
         port across restarts. ``auth_key``: another private key than its own."""
@@ -595,9 +610,15 @@ class LocalFederation:
         if self.auth and auth_key is None:
             auth_key = self.key_path(partition_id)
         cmd = supernode_command(
-            self.address, partition_id, self.num_nodes, port,
-            ca_cert=self.tls.ca_cert if self.tls else None, auth_key=auth_key,
-            data_path=self.data_path, max_wait_time=max_wait_time, prefix=self.supernode_prefix,
+            self.address,
+            partition_id,
+            self.num_nodes,
+            port,
+            ca_cert=self.tls.ca_cert if self.tls else None,
+            auth_key=auth_key,
+            data_path=self.data_path,
+            max_wait_time=max_wait_time,
+            prefix=self.supernode_prefix,
         )
         name = f"supernode-{partition_id}"
         env = self._env(name, self.node_env.get(partition_id))
@@ -635,8 +656,14 @@ class LocalFederation:
         cmd = [find_executable("flwr"), *args]
         try:
             return subprocess.run(
-                cmd, capture_output=True, text=True, env=self._env("cli"), cwd=str(self.app_dir),
-                timeout=timeout or self.cli_timeout, check=False, stdin=subprocess.DEVNULL,
+                cmd,
+                capture_output=True,
+                text=True,
+                env=self._env("cli"),
+                cwd=str(self.app_dir),
+                timeout=timeout or self.cli_timeout,
+                check=False,
+                stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired:
             raise DeployError(f"{shlex.join(cmd)} did not finish within {timeout or self.cli_timeout:.0f} s") from None
@@ -719,7 +746,12 @@ class LocalFederation:
         return RunResult(run_id, status, Path(out) if out else None, time.monotonic() - t0, log_path, details)
 
     def run(
-        self, scenario: str, overrides: Sequence[str] = (), out: Optional[Path] = None, timeout: float = 7200.0, on_line=None
+        self,
+        scenario: str,
+        overrides: Sequence[str] = (),
+        out: Optional[Path] = None,
+        timeout: float = 7200.0,
+        on_line=None,
     ) -> RunResult:
         """Submit the scenario and wait for its end; a run still going on when this
         returns by an exception (Ctrl-C included) is stopped with ``flwr stop``."""
@@ -808,7 +840,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, help="number of SuperNodes (default: the scenario's num_clients)")
     parser.add_argument("--out", help="results directory (default: runs/<name>-<timestamp>)")
     parser.add_argument("--tls", action="store_true", help="HTTPS with certificates from scripts/make_certs.sh")
-    parser.add_argument("--auth", action="store_true", help="SuperNode authentication with registered EC keys (implies --tls)")
+    parser.add_argument(
+        "--auth", action="store_true", help="SuperNode authentication with registered EC keys (implies --tls)"
+    )
     parser.add_argument("--certs", help="use the certificates and keys in this directory (make_certs.sh's layout)")
     parser.add_argument("--port", type=int, help="SuperLink port on 127.0.0.1 (default: a free one)")
     parser.add_argument("--data-path", help="data-path node config of every SuperNode (dataset root)")
@@ -856,17 +890,27 @@ def deploy_local(args: argparse.Namespace) -> int:
             else:
                 tls = make_certificates(workdir / "certs", num_keys=nodes if args.auth else 0)
         fed = LocalFederation(
-            workdir, nodes, tls=tls, auth=args.auth, keys_dir=keys_dir, superlink_port=args.port, data_path=args.data_path
+            workdir,
+            nodes,
+            tls=tls,
+            auth=args.auth,
+            keys_dir=keys_dir,
+            superlink_port=args.port,
+            data_path=args.data_path,
         )
-        _say(f"starting a SuperLink on {fed.address} ({'TLS' if tls else 'insecure'}"
-             f"{', node auth' if args.auth else ''}) and {nodes} SuperNode(s); logs in {fed.logs}")
+        _say(
+            f"starting a SuperLink on {fed.address} ({'TLS' if tls else 'insecure'}"
+            f"{', node auth' if args.auth else ''}) and {nodes} SuperNode(s); logs in {fed.logs}"
+        )
         fed.start()
         _say(f"federation up after {time.monotonic() - t0:.1f} s; flwr run {cfg.name}")
         on_line = (lambda line: print(line, file=sys.stderr)) if args.verbose else _progress_lines
         result = fed.run(args.scenario, args.overrides, out, timeout=args.timeout, on_line=on_line)
         ok = result.ok
         if not ok:
-            return _fail(f"run {result.run_id} ended with status {result.status} {result.details}; logs in {fed.logs}", 1)
+            return _fail(
+                f"run {result.run_id} ended with status {result.status} {result.details}; logs in {fed.logs}", 1
+            )
         _say(f"run {result.run_id} completed in {result.wall_s:.1f} s")
         print(f"results: {out}", file=sys.stderr)
         return 0

@@ -52,8 +52,7 @@ def _handler(signum, _frame) -> None:
         print(f"\nfedflex: {signal_name(signum)} again: exiting now", file=sys.stderr, flush=True)
         os._exit(exit_code(signum))
     print(
-        f"\nfedflex: {signal_name(signum)}: stopping after the round in flight "
-        "(press Ctrl-C again to exit now)",
+        f"\nfedflex: {signal_name(signum)}: stopping after the round in flight (press Ctrl-C again to exit now)",
         file=sys.stderr,
         flush=True,
     )

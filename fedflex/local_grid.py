@@ -15,9 +15,9 @@ from typing import Any, Callable, Iterable, Optional
 import numpy as np
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
-from flwr.serverapp import Grid
 
 logger = logging.getLogger(__name__)
 

@@ -132,9 +132,7 @@ def _image_shape(name: str, input_shape: tuple[int, ...]) -> tuple[int, int, int
     return c, h, w
 
 
-def _feature_hw(
-    name: str, input_shape: tuple[int, ...], feature_side: Callable[[int], int]
-) -> tuple[int, int, int]:
+def _feature_hw(name: str, input_shape: tuple[int, ...], feature_side: Callable[[int], int]) -> tuple[int, int, int]:
     """``(C_in, H_out, W_out)`` of a conv stack, or a ValueError when the input is too small."""
     c, h, w = _image_shape(name, input_shape)
     h_out, w_out = feature_side(h), feature_side(w)
@@ -186,8 +184,12 @@ def _cnn_fmnist(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int
     """
     c, h, w = _feature_hw("cnn-fmnist", input_shape, _cnn_fmnist_side)
     body = nn.Sequential(
-        nn.Conv2d(c, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(c, 16, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
         nn.Flatten(),
     )
     return Classifier(body, nn.Linear(32 * h * w, num_classes))
@@ -203,14 +205,17 @@ def _cnn_bherd(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int)
     """
     c, h, w = _image_shape("cnn-bherd", input_shape)
     if (h, w) != (28, 28):
-        raise _shape_error(
-            "cnn-bherd", input_shape, "(C, 28, 28): its FC layer takes 1568 = 32 * 7 * 7 features"
-        )
+        raise _shape_error("cnn-bherd", input_shape, "(C, 28, 28): its FC layer takes 1568 = 32 * 7 * 7 features")
     body = nn.Sequential(
-        nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(c, 32, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 32, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
         nn.Flatten(),
-        nn.Linear(32 * 7 * 7, 256), nn.ReLU(),
+        nn.Linear(32 * 7 * 7, 256),
+        nn.ReLU(),
     )
     return Classifier(body, nn.Linear(256, num_classes))
 
@@ -231,11 +236,17 @@ def _cnn_cifar(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int)
     """
     c, h, w = _feature_hw("cnn-cifar", input_shape, _cnn_cifar_side)
     body = nn.Sequential(
-        nn.Conv2d(c, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(64, 64, 3), nn.ReLU(),
+        nn.Conv2d(c, 32, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(64, 64, 3),
+        nn.ReLU(),
         nn.Flatten(),
-        nn.Linear(64 * h * w, 64), nn.ReLU(),
+        nn.Linear(64 * h * w, 64),
+        nn.ReLU(),
     )
     return Classifier(body, nn.Linear(64, num_classes))
 
@@ -254,10 +265,15 @@ def _cnn_svhn(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) 
     """
     c, h, w = _feature_hw("cnn-svhn", input_shape, _cnn_svhn_side)
     body = nn.Sequential(
-        nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(c, 32, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
         nn.Flatten(),
-        nn.Linear(64 * h * w, 512), nn.ReLU(),
+        nn.Linear(64 * h * w, 512),
+        nn.ReLU(),
     )
     return Classifier(body, nn.Linear(512, num_classes))
 
@@ -361,9 +377,7 @@ def build_model(cfg: ModelConfig, input_shape: Sequence[int], num_classes: int) 
     """
     shape = tuple(int(s) for s in input_shape)
     if cfg.name not in MODELS:
-        raise ValueError(
-            f"unknown model {cfg.name!r} (input shape {shape}): must be one of " + ", ".join(MODELS)
-        )
+        raise ValueError(f"unknown model {cfg.name!r} (input shape {shape}): must be one of " + ", ".join(MODELS))
     if not shape or any(s < 1 for s in shape):
         raise _shape_error(cfg.name, shape, "a non-empty shape of positive sizes")
     if int(num_classes) < 1:

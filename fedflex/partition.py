@@ -78,8 +78,7 @@ class Partition:
         counts = np.asarray(self.label_counts)
         if counts.ndim != 2 or counts.shape[0] != len(self.indices):
             raise ValueError(
-                f"label_counts must be [num_clients={len(self.indices)}, num_classes], "
-                f"got shape {counts.shape}"
+                f"label_counts must be [num_clients={len(self.indices)}, num_classes], got shape {counts.shape}"
             )
         indices = [np.sort(np.asarray(ix, dtype=np.int64).ravel()) for ix in self.indices]
         object.__setattr__(self, "indices", indices)
@@ -280,8 +279,14 @@ def make_partition(
     logger.info(
         "partition %s: %d clients, %d of %d examples assigned, sizes min %d / median %d / max %d, "
         "mean label entropy %.3f",
-        scheme, num_clients, int(sizes.sum()), len(y), int(sizes.min()), int(np.median(sizes)),
-        int(sizes.max()), float(part.entropies().mean()),
+        scheme,
+        num_clients,
+        int(sizes.sum()),
+        len(y),
+        int(sizes.min()),
+        int(np.median(sizes)),
+        int(sizes.max()),
+        float(part.entropies().mean()),
     )
     return part
 
@@ -330,7 +335,13 @@ def partition_data(
     if cfg.labels == "source" and getattr(data, "source", None) is not None:
         source = data.source
         part = cached_partition(
-            cfg, source.y.numpy(), num_clients, source.num_classes, seed, natural=data.natural_partition, cache_dir=cache_dir
+            cfg,
+            source.y.numpy(),
+            num_clients,
+            source.num_classes,
+            seed,
+            natural=data.natural_partition,
+            cache_dir=cache_dir,
         )
         y = train.y.numpy()
         counts = np.stack([np.bincount(y[ix], minlength=train.num_classes) for ix in part.indices])
@@ -439,19 +450,17 @@ def dirichlet_partition(
         logger.info(
             "DirichletPartitioner(alpha=%g) could not give every client %d examples (%s); "
             "drawing the per-label split here and repairing it",
-            alpha, min_size, exc,
+            alpha,
+            min_size,
+            exc,
         )
     rng = np.random.default_rng(s_own)
     by_class = _class_pools(y, perm)
-    counts = _dirichlet_counts(
-        np.array([len(p) for p in by_class]), num_clients, alpha, rng, max(min_size, 1)
-    )
+    counts = _dirichlet_counts(np.array([len(p) for p in by_class]), num_clients, alpha, rng, max(min_size, 1))
     return _materialise(by_class, counts)
 
 
-def shard_partition(
-    labels: np.ndarray, num_clients: int, labels_per_client: int, seed: int
-) -> list[np.ndarray]:
+def shard_partition(labels: np.ndarray, num_clients: int, labels_per_client: int, seed: int) -> list[np.ndarray]:
     """Every client holds exactly ``labels_per_client`` labels (pathological non-IID).
 
     flwr-datasets' ``PathologicalPartitioner`` with
@@ -531,8 +540,7 @@ def mixed_dirichlet_partition(
     groups = len(alphas)
     if num_clients < groups or num_clients % groups:
         raise ValueError(
-            f"num_clients = {num_clients}: mixed-dirichlet needs a positive multiple of "
-            f"len(alphas) = {groups}"
+            f"num_clients = {num_clients}: mixed-dirichlet needs a positive multiple of len(alphas) = {groups}"
         )
     per_group = num_clients // groups
     need = max(min_size, 1)
@@ -543,13 +551,10 @@ def mixed_dirichlet_partition(
     for g, (alpha, part) in enumerate(zip(alphas, parts)):
         if len(part) < per_group * need:
             raise ValueError(
-                f"mixed-dirichlet: part {g} has {len(part)} examples, fewer than "
-                f"{per_group} clients x {need}"
+                f"mixed-dirichlet: part {g} has {len(part)} examples, fewer than {per_group} clients x {need}"
             )
         by_class = _class_pools(y, part)
-        counts = _dirichlet_counts(
-            np.array([len(p) for p in by_class]), per_group, alpha, rng, need, balance=True
-        )
+        counts = _dirichlet_counts(np.array([len(p) for p in by_class]), per_group, alpha, rng, need, balance=True)
         indices.extend(_materialise(by_class, counts))
     return indices
 
@@ -735,7 +740,7 @@ def label_set_partition(
         k = max(1, int(0.6 * num_classes))
         o = min(k, int(0.2 * num_classes))
         set_a = list(range(k))
-        shared = set_a[k - o:]
+        shared = set_a[k - o :]
         set_b = shared + list(range(k, min(num_classes, 2 * k - o)))
         for c in sorted(set(set_a) | set(set_b)):
             if c in shared:
@@ -783,17 +788,14 @@ def label_set_partition(
                     f"sessions: label set {allowed} has {total} examples for group {g}, "
                     f"fewer than its {len(members)} clients"
                 )
-            counts = _quota_dirichlet_counts(
-                np.array([len(p) for p in group_pools]), len(members), alpha, rng
-            )
+            counts = _quota_dirichlet_counts(np.array([len(p) for p in group_pools]), len(members), alpha, rng)
             for i, ix in zip(members, _materialise(group_pools, counts)):
                 out[i].append(ix)
         layout = LabelSetLayout(groups, [list(s) for s in sets], session_sets)
         return _finish(out, y, pattern), layout
     else:
         raise ValueError(
-            f"partition.pattern = {pattern!r}: must be one of half, two-shard, "
-            "partial-overlap, distinct, sessions"
+            f"partition.pattern = {pattern!r}: must be one of half, two-shard, partial-overlap, distinct, sessions"
         )
     sets = [sorted(int(c) for c in s) for s in sets]
     return _finish(out, y, pattern), LabelSetLayout(groups, sets, sets)
@@ -841,10 +843,10 @@ def session_label_sets(
     size = int(np.floor(num_classes / (2 - overlap)))
     shared = int(np.floor(size * overlap))
     if shared == 0 or size <= shared:
-        set_a, set_b = order[: num_classes // 2], order[num_classes // 2:]
+        set_a, set_b = order[: num_classes // 2], order[num_classes // 2 :]
     else:
         step = size - shared
-        set_a, set_b = order[:size], order[step: step + size]
+        set_a, set_b = order[:size], order[step : step + size]
     a, b = sorted(set_a.tolist()), sorted(set_b.tolist())
     return [list(a) if s % 2 == 0 else list(b) for s in range(num_sessions)]
 
@@ -861,9 +863,7 @@ def _check_labels(labels: np.ndarray, num_classes: int) -> np.ndarray:
     if int(num_classes) < 1:
         raise ValueError(f"num_classes must be >= 1, got {num_classes}")
     if len(y) and (y.min() < 0 or y.max() >= num_classes):
-        raise ValueError(
-            f"labels must lie in 0..{num_classes - 1}, found {int(y.min())}..{int(y.max())}"
-        )
+        raise ValueError(f"labels must lie in 0..{num_classes - 1}, found {int(y.min())}..{int(y.max())}")
     return y
 
 
@@ -884,9 +884,7 @@ def _check_enough(num_examples: int, num_clients: int, per_client: int) -> None:
 
 def _need_two_groups(pattern: str, num_clients: int) -> None:
     if num_clients < 2:
-        raise ValueError(
-            f"label-sets pattern {pattern!r} needs at least 2 clients, got {num_clients}"
-        )
+        raise ValueError(f"label-sets pattern {pattern!r} needs at least 2 clients, got {num_clients}")
 
 
 def _child_seeds(seed: int, n: int) -> list[int]:
@@ -906,9 +904,7 @@ def _hf_dataset(labels: np.ndarray, order: np.ndarray):
     """An in-memory ``datasets.Dataset`` of the labels in ``order``, with the original index."""
     import datasets
 
-    return datasets.Dataset.from_dict(
-        {"label": labels[order].astype(np.int64), "idx": order.astype(np.int64)}
-    )
+    return datasets.Dataset.from_dict({"label": labels[order].astype(np.int64), "idx": order.astype(np.int64)})
 
 
 def _load_all(partitioner, num_clients: int) -> list[np.ndarray]:
@@ -921,13 +917,9 @@ def _load_all(partitioner, num_clients: int) -> list[np.ndarray]:
     return out
 
 
-def _natural(
-    natural: Optional[list[np.ndarray]], num_clients: int, num_examples: int
-) -> list[np.ndarray]:
+def _natural(natural: Optional[list[np.ndarray]], num_clients: int, num_examples: int) -> list[np.ndarray]:
     if natural is None:
-        raise ValueError(
-            "partition.scheme = 'natural' needs the dataset's own split (natural=None)"
-        )
+        raise ValueError("partition.scheme = 'natural' needs the dataset's own split (natural=None)")
     if len(natural) != num_clients:
         raise ValueError(f"natural split has {len(natural)} clients, num_clients is {num_clients}")
     indices = [np.asarray(ix, dtype=np.int64).ravel() for ix in natural]
@@ -939,9 +931,7 @@ def _natural(
     return indices
 
 
-def _class_pools(
-    y: np.ndarray, order: np.ndarray, num_classes: Optional[int] = None
-) -> list[np.ndarray]:
+def _class_pools(y: np.ndarray, order: np.ndarray, num_classes: Optional[int] = None) -> list[np.ndarray]:
     """Indices of each label, in the order they appear in ``order`` (a permutation/subset)."""
     num_classes = int(y.max()) + 1 if num_classes is None else num_classes
     sub = y[order]
@@ -956,14 +946,11 @@ def _spread(pool: np.ndarray, clients: Sequence[int], out: list[list[np.ndarray]
 
 def _finish(out: list[list[np.ndarray]], y: np.ndarray, pattern: str) -> list[np.ndarray]:
     indices = [
-        np.sort(np.concatenate(chunks)).astype(np.int64) if chunks else np.zeros(0, dtype=np.int64)
-        for chunks in out
+        np.sort(np.concatenate(chunks)).astype(np.int64) if chunks else np.zeros(0, dtype=np.int64) for chunks in out
     ]
     assigned = sum(len(ix) for ix in indices)
     if assigned < len(y):
-        logger.info(
-            "label-sets %s: %d of %d examples unassigned", pattern, len(y) - assigned, len(y)
-        )
+        logger.info("label-sets %s: %d of %d examples unassigned", pattern, len(y) - assigned, len(y))
     empty = [i for i, ix in enumerate(indices) if len(ix) == 0]
     if empty:
         shown = ", ".join(str(i) for i in empty[:5]) + (", ..." if len(empty) > 5 else "")
@@ -1033,7 +1020,9 @@ def _dirichlet_counts(
             return counts
     logger.debug(
         "Dirichlet(%g): %d draws left a client under %d examples; repairing",
-        alpha, attempts, min_size,
+        alpha,
+        attempts,
+        min_size,
     )
     return _repair_min_size(counts, min_size)
 
@@ -1106,10 +1095,7 @@ def _two_shards(
         if per_label[c] == 0:
             continue
         if len(pools[c]) < per_label[c]:
-            raise ValueError(
-                f"two-shard: label {c} has {len(pools[c])} examples, fewer than its "
-                f"{per_label[c]} shards"
-            )
+            raise ValueError(f"two-shard: label {c} has {len(pools[c])} examples, fewer than its {per_label[c]} shards")
         shards.extend(np.array_split(pools[c], per_label[c]))
         shard_label.extend([int(c)] * int(per_label[c]))
     lab = np.array(shard_label)

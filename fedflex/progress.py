@@ -37,12 +37,18 @@ class Progress:
     def update(self, row: dict[str, Any]) -> None:
         if row.get("phase", "train") != "train":  # extra rounds of a part (e.g. session-init)
             if self.mode == "lines":
-                print(f"round {row['round']} ({row['phase']}): trained={len(row.get('sampled', []))}", file=sys.stderr, flush=True)
+                print(
+                    f"round {row['round']} ({row['phase']}): trained={len(row.get('sampled', []))}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return
         acc = self._acc(row)
         online = len(row.get("online", []))
         trained, failed = len(row.get("sampled", [])), len(row.get("failed", []))
-        status = f"trained={trained}" + (f" failed={failed}" if failed else "") + (" skipped" if row.get("skipped") else "")
+        status = (
+            f"trained={trained}" + (f" failed={failed}" if failed else "") + (" skipped" if row.get("skipped") else "")
+        )
         if self.bar is not None:
             self.bar.set_postfix_str(f"acc={acc} online={online} {status} session={row.get('session')}", refresh=False)
             self.bar.update(1)

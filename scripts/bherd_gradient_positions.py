@@ -5,7 +5,8 @@ Runs plain FedAvg (full participation, E = 1, the scenario's batch size) for ``-
 rounds and, for every client and round, records all tau local gradients, runs BHerd's
 selection (Algorithm 2 on the centred Gram matrix, k = round(alpha tau)) on them and
 prints: the relative gap ||g/k - mean(z)|| / ||mean(z)|| (``herd_gap`` in metrics.jsonl),
-||mean(z)||, the length ratio ||g/k|| / ||mean(z)|| and the cosine between g/k and mean(z), the mean position of the selected steps (0 = first step, 1 = last), the share
+||mean(z)||, the length ratio ||g/k|| / ||mean(z)|| and the cosine between g/k and mean(z),
+the mean position of the selected steps (0 = first step, 1 = last), the share
 of selected steps from the first quarter of the epoch, and the mean gradient norm in each
 quarter of the epoch. FedAvg's trajectory is used (not BHerd's) so that the figures
 describe the gradients, not a diverging run.

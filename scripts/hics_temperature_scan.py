@@ -34,8 +34,12 @@ from strategies.hics import entropy, softmax  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", type=Path, default=ROOT / "scenarios" / "hics_fmnist.yaml")
-    parser.add_argument("--temperatures", type=float, nargs="+",
-                        default=[0.0005, 0.001, 0.0025, 0.005, 0.0084, 0.01, 0.018, 0.025, 0.05])
+    parser.add_argument(
+        "--temperatures",
+        type=float,
+        nargs="+",
+        default=[0.0005, 0.001, 0.0025, 0.005, 0.0084, 0.01, 0.018, 0.025, 0.05],
+    )
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="scenario overrides")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -64,8 +68,10 @@ def main() -> None:
         dbs.append((model.state_dict()[key] - start[key]).numpy().astype(np.float64))
     db = np.stack(dbs)
     truth = part.entropies()
-    print(f"lr {c.lr}, momentum {c.momentum}, weight decay {c.weight_decay}, {c.epochs} epochs, batch {c.batch_size}: "
-          f"mean |db| {np.abs(db).mean():.5f}")
+    print(
+        f"lr {c.lr}, momentum {c.momentum}, weight decay {c.weight_decay}, {c.epochs} epochs, batch {c.batch_size}: "
+        f"mean |db| {np.abs(db).mean():.5f}"
+    )
     print("| T | variance of the estimates | range | Spearman with the true label entropy |")
     print("|---|---|---|---|")
     for t in args.temperatures:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import statistics
 import subprocess
@@ -66,10 +65,16 @@ EXTENSIONS = {
 }
 
 
-def methods(alphas: list[float], extensions: bool, baselines: list[str] = list(BASELINES)) -> dict[str, list[str]]:
+def methods(
+    alphas: list[float], extensions: bool, baselines: tuple[str, ...] = tuple(BASELINES)
+) -> dict[str, list[str]]:
     out = {name: BASELINES[name] for name in baselines}
     for a in alphas:
-        out[f"BHerd a={a:g}"] = [*BHERD, f"strategy.local_rule.bherd_alpha={a}", "strategy.local_rule.bherd_base=fedavg"]
+        out[f"BHerd a={a:g}"] = [
+            *BHERD,
+            f"strategy.local_rule.bherd_alpha={a}",
+            "strategy.local_rule.bherd_base=fedavg",
+        ]
     if extensions:
         out.update(EXTENSIONS)
     return out
@@ -84,8 +89,18 @@ def run_one(scenario: Path, out: Path, overrides: list[str]) -> Path:
             p.unlink()
         out.rmdir()
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "fedflex.cli", "run", str(scenario), *overrides,
-           "output.progress=off", "output.plots=false", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fedflex.cli",
+        "run",
+        str(scenario),
+        *overrides,
+        "output.progress=off",
+        "output.plots=false",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
@@ -142,18 +157,33 @@ def main() -> None:
     parser.add_argument("--out", default="runs/repro-bherd")
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--cases", nargs="+", default=["1", "2"], choices=sorted({c for _, c in CASES}),
-                        help="1 IID, 2 two digits per client, 2b (SVM only) one binary class per client")
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        default=["1", "2"],
+        choices=sorted({c for _, c in CASES}),
+        help="1 IID, 2 two digits per client, 2b (SVM only) one binary class per client",
+    )
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.1, 0.3, 0.5, 0.7, 1.0])
-    parser.add_argument("--target", type=float, default=None,
-                        help="test accuracy for the rounds-to-target table (default per dataset and model: "
-                        + ", ".join(f"{d} {m} {t}" for (d, m), t in TARGETS.items()) + ")")
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        help="test accuracy for the rounds-to-target table (default per dataset and model: "
+        + ", ".join(f"{d} {m} {t}" for (d, m), t in TARGETS.items())
+        + ")",
+    )
     parser.add_argument("--dataset", default="fmnist", choices=["fmnist", "mnist"])
     parser.add_argument("--extensions", action="store_true", help="also FedNova / SCAFFOLD with and without BHerd")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time")
-    parser.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=list(BASELINES),
-                        help="baselines to run next to BHerd (default: all; e.g. --baselines FedAvg)")
+    parser.add_argument(
+        "--baselines",
+        nargs="*",
+        default=list(BASELINES),
+        choices=list(BASELINES),
+        help="baselines to run next to BHerd (default: all; e.g. --baselines FedAvg)",
+    )
     parser.add_argument("extra", nargs="*", help="further overrides for every run, e.g. client.lr=1e-4")
     args = parser.parse_args()
     out = Path(args.out)
@@ -174,9 +204,12 @@ def main() -> None:
     for case, model in pairs:
         per_method = {}
         target = args.target if args.target is not None else TARGETS[(args.dataset, model)]
-        lines += [f"## Case {case}, {model}: rounds to {target:.0%} test accuracy", "",
-                  "| method | rounds to target (mean) | per seed | seeds reaching it | final accuracy | final loss |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            f"## Case {case}, {model}: rounds to {target:.0%} test accuracy",
+            "",
+            "| method | rounds to target (mean) | per seed | seeds reaching it | final accuracy | final loss |",
+            "|---|---|---|---|---|---|",
+        ]
         for method in todo:
             c = curves([dirs[(case, model, method, s)] for s in args.seeds])
             per_method[method] = {k: mean_curve(v) for k, v in c.items()}
@@ -185,8 +218,10 @@ def main() -> None:
             mean_r = f"{statistics.fmean(reached):.1f}" if reached else "-"
             per_seed = ", ".join("-" if r is None else str(r) for r in hits)
             final = per_method[method]
-            lines.append(f"| {method} | {mean_r} | {per_seed} | {len(reached)}/{len(args.seeds)} | "
-                         f"{final['test_accuracy'][-1]:.4f} | {final['test_loss'][-1]:.4f} |")
+            lines.append(
+                f"| {method} | {mean_r} | {per_seed} | {len(reached)}/{len(args.seeds)} | "
+                f"{final['test_accuracy'][-1]:.4f} | {final['test_loss'][-1]:.4f} |"
+            )
         lines.append("")
         png = out / f"bherd-{args.dataset}-case{case}-{model}.png"
         plot(png, f"BHerd, {args.dataset}, case {case}, {model} (mean of {len(args.seeds)} seed(s))", per_method)

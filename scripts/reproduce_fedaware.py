@@ -33,10 +33,17 @@ from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 
-FEDAVGM = ["strategy.aggregator.name=fedavgm", "strategy.aggregator.server_lr=1.0", "strategy.aggregator.server_momentum=0.7"]
+FEDAVGM = [
+    "strategy.aggregator.name=fedavgm",
+    "strategy.aggregator.server_lr=1.0",
+    "strategy.aggregator.server_momentum=0.7",
+]
 FEDYOGI = [
-    "strategy.aggregator.name=fedyogi", f"strategy.aggregator.server_lr={10 ** -2.5:.6g}",
-    "strategy.aggregator.beta1=0.9", "strategy.aggregator.beta2=0.99", "strategy.aggregator.tau=1e-4",
+    "strategy.aggregator.name=fedyogi",
+    f"strategy.aggregator.server_lr={10**-2.5:.6g}",
+    "strategy.aggregator.beta1=0.9",
+    "strategy.aggregator.beta2=0.99",
+    "strategy.aggregator.tau=1e-4",
 ]
 FEDPROX = ["strategy.aggregator.name=fedavg", "strategy.local_rule.name=fedprox", "strategy.local_rule.mu=0.01"]
 AWARE = ["strategy.aggregator.aware=true"]
@@ -85,8 +92,18 @@ def run_one(scenario: str, method: str, seed: int, rounds: int, out: Path, extra
             f.unlink() if f.is_file() else f.rmdir()
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
-        sys.executable, "-m", "fedflex.cli", "run", scenario, *METHODS[method][0],
-        f"seed={seed}", f"rounds={rounds}", "output.progress=lines", *extra, "--out", str(run_dir),
+        sys.executable,
+        "-m",
+        "fedflex.cli",
+        "run",
+        scenario,
+        *METHODS[method][0],
+        f"seed={seed}",
+        f"rounds={rounds}",
+        "output.progress=lines",
+        *extra,
+        "--out",
+        str(run_dir),
     ]
     log = out / method / f"seed{seed}.log"
     t0 = time.perf_counter()
@@ -131,8 +148,11 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=DEFAULT_METHODS, choices=list(METHODS))
     parser.add_argument("--out", default="runs/fedaware-repro")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every run")
-    parser.add_argument("--report-only", action="store_true",
-                        help="run nothing: tabulate the completed runs in --out (a method may have fewer seeds)")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: tabulate the completed runs in --out (a method may have fewer seeds)",
+    )
     args = parser.parse_args()
     out = Path(args.out).resolve()
     print(f"{len(args.methods)} methods x {args.seeds} seeds, {args.rounds} rounds -> {out}", flush=True)
@@ -155,7 +175,8 @@ def main() -> None:
     for method, figures in table.items():
         _, paper_acc, paper_lud = METHODS[method]
         lines.append(
-            f"| {method} | {mean_std([a for a, _ in figures])} | {mean_std([e for _, e in figures])} | {len(figures)} | "
+            f"| {method} | {mean_std([a for a, _ in figures])} | {mean_std([e for _, e in figures])} "
+            f"| {len(figures)} | "
             f"{paper_acc if paper_acc is not None else '-'} | {paper_lud if paper_lud is not None else '-'} |"
         )
     text = "\n".join(lines) + "\n"

@@ -76,8 +76,18 @@ def run_one(out: Path, sampler: str, seed: int, rounds: int, scenario: Path, ext
         run_dir.rename(stale)
         print(f"  {run_dir.name}: incomplete earlier run moved to {stale.name}", flush=True)
     cmd = [
-        sys.executable, "-m", "fedflex.cli", "run", str(scenario), *SAMPLERS[sampler],
-        f"seed={seed}", f"rounds={rounds}", "output.progress=off", *extra, "--out", str(run_dir),
+        sys.executable,
+        "-m",
+        "fedflex.cli",
+        "run",
+        str(scenario),
+        *SAMPLERS[sampler],
+        f"seed={seed}",
+        f"rounds={rounds}",
+        "output.progress=off",
+        *extra,
+        "--out",
+        str(run_dir),
     ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -122,8 +132,9 @@ def estimate_quality(entropies: list[float], warmup: int, rows: list[dict]) -> O
     return rho([r for r in rows if r["round"] <= warmup]), rho([r for r in rows if r["round"] > warmup])
 
 
-def plot(path: Path, curves: dict[str, list[list[float]]], hits: dict[str, list[Optional[int]]],
-         target: float, rounds: int) -> None:
+def plot(
+    path: Path, curves: dict[str, list[list[float]]], hits: dict[str, list[Optional[int]]], target: float, rounds: int
+) -> None:
     """Left: every run's test accuracy per round (one colour per sampler). Right: the share
     of a sampler's seeds that had reached ``target`` by each round."""
     import matplotlib
@@ -135,8 +146,9 @@ def plot(path: Path, curves: dict[str, list[list[float]]], hits: dict[str, list[
     for i, (sampler, runs) in enumerate(curves.items()):
         colour = f"C{i}"
         for j, accs in enumerate(runs):
-            axes[0].plot(range(1, len(accs) + 1), accs, color=colour, alpha=0.5, lw=0.8,
-                         label=sampler if j == 0 else None)
+            axes[0].plot(
+                range(1, len(accs) + 1), accs, color=colour, alpha=0.5, lw=0.8, label=sampler if j == 0 else None
+            )
         reached = sorted(h for h in hits[sampler] if h is not None)
         xs = [0, *reached, rounds]
         ys = [0, *[(k + 1) / len(runs) for k in range(len(reached))], len(reached) / len(runs)]
@@ -175,20 +187,40 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..S-1")
-    parser.add_argument("--seed-list", type=int, nargs="+", default=None, metavar="SEED",
-                        help="exactly these seeds instead of 0..S-1 (e.g. to run seeds in parallel processes)")
-    parser.add_argument("--no-run", action="store_true",
-                        help="only tabulate the completed runs in --out; start nothing (missing runs are skipped)")
+    parser.add_argument(
+        "--seed-list",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="SEED",
+        help="exactly these seeds instead of 0..S-1 (e.g. to run seeds in parallel processes)",
+    )
+    parser.add_argument(
+        "--no-run",
+        action="store_true",
+        help="only tabulate the completed runs in --out; start nothing (missing runs are skipped)",
+    )
     parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
     parser.add_argument("--target", type=float, default=0.75, help="test accuracy to reach")
     parser.add_argument("--out", type=Path, default=None, help="default runs/reproduce-hics-<timestamp>")
     parser.add_argument("--scenario", type=Path, default=SCENARIO)
-    parser.add_argument("--full-runs", action="store_true",
-                        help="run every round (default: a run stops once it reaches --target)")
-    parser.add_argument("--also", type=float, nargs="*", default=[0.6, 0.65, 0.7],
-                        help="lower accuracies also tabulated (rounds to reach them, from the same runs)")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="extra fedflex overrides (same as the positional ones, safe after --samplers)")
+    parser.add_argument(
+        "--full-runs", action="store_true", help="run every round (default: a run stops once it reaches --target)"
+    )
+    parser.add_argument(
+        "--also",
+        type=float,
+        nargs="*",
+        default=[0.6, 0.65, 0.7],
+        help="lower accuracies also tabulated (rounds to reach them, from the same runs)",
+    )
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra fedflex overrides (same as the positional ones, safe after --samplers)",
+    )
     parser.add_argument("overrides", nargs="*", help="extra fedflex overrides, e.g. client.momentum=0.9")
     args = parser.parse_args()
     args.overrides = [*args.overrides, *args.set]
@@ -225,16 +257,22 @@ def main() -> None:
             truth, warmup = true_entropies(run_dir)
             entropy.append(sampled_label_entropy(truth, warmup, rows))
             quality.append(estimate_quality(truth, warmup, rows))
-            half = [r["test_accuracy"] for r in rows if r["round"] > args.rounds // 2 and r.get("test_accuracy") is not None]
+            half = [
+                r["test_accuracy"] for r in rows if r["round"] > args.rounds // 2 and r.get("test_accuracy") is not None
+            ]
             # only runs that ran every round: a run stopped at the target has no second half
             second_half.append(statistics.fmean(half) if len(rows) == args.rounds and half else None)
         if not hits:  # --no-run and nothing completed for this sampler
             del curves[sampler]
             continue
         results[sampler] = {
-            **summarize(hits, args.rounds), "seeds": ran, "final_accuracy": finals, "paper": PAPER[sampler],
+            **summarize(hits, args.rounds),
+            "seeds": ran,
+            "final_accuracy": finals,
+            "paper": PAPER[sampler],
             "lower_targets": {f"{t:g}": summarize(h, args.rounds) for t, h in lower.items()},
-            "sampled_label_entropy": entropy, "second_half_accuracy": second_half,
+            "sampled_label_entropy": entropy,
+            "second_half_accuracy": second_half,
             "estimate_spearman_warmup_after": quality,
         }
 
@@ -256,10 +294,13 @@ def main() -> None:
     table = header + "\n".join(lines) + "\n"
     if args.also:
         table += (
-            "\n| sampler | " + " | ".join(f"rounds to {t:.0%}: median (min-max)" for t in args.also)
+            "\n| sampler | "
+            + " | ".join(f"rounds to {t:.0%}: median (min-max)" for t in args.also)
             + f" | mean accuracy, rounds {args.rounds // 2 + 1}-{args.rounds} (per seed; - = stopped at the target)"
             + " | true label entropy of the clients sampled after warm-up (mean, per seed) |\n"
-            + "|---|" + "---|" * (len(args.also) + 2) + "\n"
+            + "|---|"
+            + "---|" * (len(args.also) + 2)
+            + "\n"
         )
         for sampler, r in results.items():
             cells = []
@@ -271,9 +312,7 @@ def main() -> None:
             half = ", ".join("-" if a is None else f"{a:.3f}" for a in r["second_half_accuracy"])
             table += f"| {sampler} | " + " | ".join(cells) + f" | {half} | {ent} |\n"
     if any(q is not None for r in results.values() for q in r["estimate_spearman_warmup_after"]):
-        table += (
-            "\n| sampler | Spearman(estimated, true label entropy): warm-up / after (per seed) |\n|---|---|\n"
-        )
+        table += "\n| sampler | Spearman(estimated, true label entropy): warm-up / after (per seed) |\n|---|---|\n"
         for sampler, r in results.items():
             qs = [q for q in r["estimate_spearman_warmup_after"] if q is not None]
             if qs:
@@ -282,7 +321,7 @@ def main() -> None:
         f"\nScenario {args.scenario.name}, {args.rounds} rounds, seeds {', '.join(map(str, seeds))}"
         + (f", overrides: {' '.join(args.overrides)}" if args.overrides else "")
         + ("" if args.full_runs else f"; each run stops at the first round with test accuracy >= {args.target:g}")
-        + f". Paper: Table 2, FMNIST setting (2), rounds to 75% (no seeds reported).\n"
+        + ". Paper: Table 2, FMNIST setting (2), rounds to 75% (no seeds reported).\n"
     )
     print()
     print(table + note)
@@ -290,8 +329,13 @@ def main() -> None:
     report = {"target": args.target, "rounds": args.rounds, "overrides": args.overrides, "results": results}
     (out / "results.json").write_text(json.dumps(report, indent=2))
     if results:
-        plot(out / "rounds-to-target.png", curves, {k: r["rounds_to_target"] for k, r in results.items()},
-             args.target, args.rounds)
+        plot(
+            out / "rounds-to-target.png",
+            curves,
+            {k: r["rounds_to_target"] for k, r in results.items()},
+            args.target,
+            args.rounds,
+        )
     print(f"written: {out / 'results.md'}" + (f", {out / 'rounds-to-target.png'}" if results else ""))
 
 

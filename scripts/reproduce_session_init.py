@@ -41,7 +41,17 @@ def run_one(out: Path, overrides: list[str]) -> Path:
         for p in sorted(out.iterdir()):
             p.unlink()
         out.rmdir()
-    cmd = [sys.executable, "-m", "fedflex.cli", "run", str(SCENARIO), *overrides, "output.progress=off", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fedflex.cli",
+        "run",
+        str(SCENARIO),
+        *overrides,
+        "output.progress=off",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
@@ -73,21 +83,32 @@ def main() -> None:
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         for overlap, alpha, method, init, seed in grid:
             d = out / f"ov{overlap}-a{alpha}-{method}-{init}-s{seed}"
-            ov = [f"partition.overlap={overlap}", f"partition.alpha={alpha}", *METHODS[method],
-                  f"strategy.initializer.name={init}", f"seed={seed}", *args.extra]
+            ov = [
+                f"partition.overlap={overlap}",
+                f"partition.alpha={alpha}",
+                *METHODS[method],
+                f"strategy.initializer.name={init}",
+                f"seed={seed}",
+                *args.extra,
+            ]
             jobs[(overlap, alpha, method, init, seed)] = pool.submit(run_one, d, ov)
         results = {k: json.loads((f.result() / "summary.json").read_text()) for k, f in jobs.items()}
 
-    lines = ["| overlap | alpha | method | transition | session-aware | previous | average | paper (FedAvg) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| overlap | alpha | method | transition | session-aware | previous | average | paper (FedAvg) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for overlap, alpha, method in itertools.product(args.overlaps, args.alphas, args.methods):
-        n_trans = max(len(results[(overlap, alpha, method, i, s)]["transitions"]) for i in args.inits for s in args.seeds)
+        n_trans = max(
+            len(results[(overlap, alpha, method, i, s)]["transitions"]) for i in args.inits for s in args.seeds
+        )
         for t in range(n_trans):
             cells = []
             for init in INITS:
                 vals = [
                     results[(overlap, alpha, method, init, s)]["transitions"][t]["mean_online_accuracy"]
-                    for s in args.seeds if (overlap, alpha, method, init, s) in results
+                    for s in args.seeds
+                    if (overlap, alpha, method, init, s) in results
                 ]
                 cells.append(fmt([v for v in vals if v is not None]))
             paper = PAPER.get((overlap, alpha))

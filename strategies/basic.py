@@ -95,7 +95,6 @@ def weighted_average(arrays: list[Arrays], weights: np.ndarray, carry: Optional[
     return out
 
 
-
 class ExploreFirstSampler(PartWrapper, Sampler):
     """The authors' exploration: online clients that never trained go first (shuffled,
     without replacement); when all online clients have trained, ``base`` samples.

@@ -135,7 +135,9 @@ class BHerdAggregator(Aggregator):
         for u in updates:
             g = u.extras.get(keys.HERD_G)
             if g is None:
-                raise ValueError(f"bherd: client {u.client} sent no {keys.HERD_G} record (local rule bherd or grab needed)")
+                raise ValueError(
+                    f"bherd: client {u.client} sent no {keys.HERD_G} record (local rule bherd or grab needed)"
+                )
             grads.append(g)
 
         def metric(name: str, default: float = 0.0) -> np.ndarray:
@@ -143,8 +145,13 @@ class BHerdAggregator(Aggregator):
 
         weights = np.array([u.num_examples if self.weighted else 1.0 for u in updates], dtype=np.float64)
         coefs, figures = bherd_coefficients(
-            self.divisor, self.lr, self.alpha, weights,
-            metric(keys.HERD_ALPHA_I), metric(keys.HERD_TAU), metric(keys.HERD_K),
+            self.divisor,
+            self.lr,
+            self.alpha,
+            weights,
+            metric(keys.HERD_ALPHA_I),
+            metric(keys.HERD_TAU),
+            metric(keys.HERD_K),
         )
         if not np.any(coefs):
             log(WARNING, "round %d: bherd: no client selected a gradient; the parameters stay", server_round)
@@ -179,7 +186,8 @@ class BHerdAggregator(Aggregator):
             "%.0f%% of it (herd_gap in metrics.jsonl). Herding assumes the local gradients scatter "
             "around one mean; a local trajectory that moves far (large lr x local steps) breaks "
             "that and BHerd can diverge: lower client.lr or raise bherd_alpha (docs/bherd.md)",
-            server_round, 100 * float(np.median(finite)),
+            server_round,
+            100 * float(np.median(finite)),
         )
 
     def summary(self) -> str:

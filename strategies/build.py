@@ -9,9 +9,8 @@ cannot work together.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
-
 from logging import WARNING
+from typing import Callable, Optional
 
 from flwr.common import log
 
@@ -19,18 +18,17 @@ from fedflex import keys
 from fedflex.churn import Availability, SessionTracker
 from fedflex.config import ConfigError, ScenarioConfig
 from strategies.basic import ExploreFirstSampler, FedAvgAggregator, PreviousInitializer, UniformSampler
+from strategies.bherd import BHerdAggregator, RuleOptions
+from strategies.clustered import ClusteredSampler
+from strategies.fedaware import AWARE_BASES, make_fedaware, with_aware
 from strategies.fedflex import FedFlex
+from strategies.fednova import FedNovaServer
+from strategies.hics import hics_from_config
 from strategies.optimizers import FedAdagrad, FedAdam, FedAvgM, FedYogi
 from strategies.parts import Aggregator, Initializer, Sampler, ServerRule
-from strategies.scaffold import ScaffoldServer
-from strategies.bherd import BHerdAggregator, RuleOptions
-from strategies.fednova import FedNovaServer
-from strategies.fedaware import AWARE_BASES, make_fedaware, with_aware
-from strategies.session_init import AverageInitializer, SessionAwareInitializer
-from strategies.clustered import ClusteredSampler
-from strategies.hics import hics_from_config
 from strategies.powd import PowDSampler
-
+from strategies.scaffold import ScaffoldServer
+from strategies.session_init import AverageInitializer, SessionAwareInitializer
 
 
 @dataclass(frozen=True)
@@ -73,9 +71,11 @@ SAMPLERS: dict[str, Callable[[ScenarioConfig], Sampler]] = {
 
 AGGREGATORS: dict[str, Callable[[ScenarioConfig], Aggregator]] = {
     # with_aware: `strategy.aggregator.aware: true` wraps the base in the AWARE plug-in
-    "fedavg": with_aware(lambda cfg: FedAvgAggregator(
-        weighted=cfg.strategy.aggregator.weighted, server_lr=cfg.strategy.aggregator.server_lr
-    )),
+    "fedavg": with_aware(
+        lambda cfg: FedAvgAggregator(
+            weighted=cfg.strategy.aggregator.weighted, server_lr=cfg.strategy.aggregator.server_lr
+        )
+    ),
     "fedavgm": with_aware(lambda cfg: FedAvgM(momentum=cfg.strategy.aggregator.server_momentum, **_opt_kwargs(cfg))),
     "fedadam": with_aware(_adaptive(FedAdam)),
     "fedyogi": with_aware(_adaptive(FedYogi)),
@@ -96,18 +96,28 @@ INITIALIZERS: dict[str, Callable[[ScenarioConfig], Initializer]] = {
     ),
 }
 
+
 def _bherd_aggregator(cfg: ScenarioConfig) -> BHerdAggregator:
     """BHerd's step with the divisor of the local rule: configured alpha (bherd),
     reported alpha_t (grab) or FedNova's tau_eff / k_i (bherd on fednova)."""
     r, a = cfg.strategy.local_rule, cfg.strategy.aggregator
     divisor = "reported" if r.name == "grab" else ("fednova" if r.bherd_base == "fednova" else "alpha")
     if cfg.client.momentum > 0:
-        log(WARNING, "bherd: client.momentum=%s: the server steps with the raw mini-batch gradients, "
-            "not the momentum steps the clients took (alpha=1 is then not FedAvg)", cfg.client.momentum)
+        log(
+            WARNING,
+            "bherd: client.momentum=%s: the server steps with the raw mini-batch gradients, "
+            "not the momentum steps the clients took (alpha=1 is then not FedAvg)",
+            cfg.client.momentum,
+        )
     if r.name == "bherd" and r.bherd_alpha == 1.0:
-        log(WARNING, "bherd with bherd_alpha=1 uploads every gradient: it is %s",
-            {"fedavg": "FedAvg", "fednova": "FedNova", "scaffold": "SCAFFOLD"}[r.bherd_base])
-    return BHerdAggregator(lr=cfg.client.lr, alpha=r.bherd_alpha, divisor=divisor, weighted=a.weighted, server_lr=a.server_lr)
+        log(
+            WARNING,
+            "bherd with bherd_alpha=1 uploads every gradient: it is %s",
+            {"fedavg": "FedAvg", "fednova": "FedNova", "scaffold": "SCAFFOLD"}[r.bherd_base],
+        )
+    return BHerdAggregator(
+        lr=cfg.client.lr, alpha=r.bherd_alpha, divisor=divisor, weighted=a.weighted, server_lr=a.server_lr
+    )
 
 
 def _rule_options(cfg: ScenarioConfig) -> dict:
@@ -115,12 +125,18 @@ def _rule_options(cfg: ScenarioConfig) -> dict:
     r = cfg.strategy.local_rule
     options: dict = {keys.FIXED_ORDER: True} if r.bherd_fixed_order else {}
     if r.name == "bherd":
-        options.update({
-            keys.BHERD_ALPHA: r.bherd_alpha, keys.BHERD_DTYPE: r.bherd_dtype,
-            keys.BHERD_MAX_STORED: r.bherd_max_stored, keys.BHERD_BASE: r.bherd_base,
-        })
+        options.update(
+            {
+                keys.BHERD_ALPHA: r.bherd_alpha,
+                keys.BHERD_DTYPE: r.bherd_dtype,
+                keys.BHERD_MAX_STORED: r.bherd_max_stored,
+                keys.BHERD_BASE: r.bherd_base,
+            }
+        )
     elif r.bherd_base != "fedavg":
-        log(WARNING, "strategy.local_rule.bherd_base=%s is only used by local rule bherd (not %s)", r.bherd_base, r.name)
+        log(
+            WARNING, "strategy.local_rule.bherd_base=%s is only used by local rule bherd (not %s)", r.bherd_base, r.name
+        )
     return options
 
 
@@ -161,13 +177,15 @@ def _check_herding(cfg: ScenarioConfig) -> None:
     s, rule = cfg.strategy, cfg.strategy.local_rule
     if s.aggregator.name == "bherd" and rule.name not in HERDING_RULES:
         raise ConfigError(
-            "strategy.aggregator.name", "bherd",
+            "strategy.aggregator.name",
+            "bherd",
             f"needs strategy.local_rule.name bherd or grab (they upload the selected gradient sum); "
             f"local rule {rule.name} sends only a model",
         )
     if rule.name in HERDING_RULES and s.aggregator.name != "bherd":
         raise ConfigError(
-            "strategy.local_rule.name", rule.name,
+            "strategy.local_rule.name",
+            rule.name,
             f"needs strategy.aggregator.name=bherd (w - eta/alpha sum_i p_i g_i); "
             f"{s.aggregator.name} would ignore the selected gradients",
         )
@@ -177,13 +195,15 @@ def _check_herding(cfg: ScenarioConfig) -> None:
         )
     if rule.name in HERDING_RULES + ("fednova",) and cfg.client.optimizer != "sgd":
         raise ConfigError(
-            "client.optimizer", cfg.client.optimizer,
+            "client.optimizer",
+            cfg.client.optimizer,
             f"local rule {rule.name} needs sgd (its server step assumes plain SGD steps)",
         )
     binary = cfg.dataset.label_map == "even-odd" or (cfg.dataset.name == "synthetic" and cfg.dataset.num_classes == 2)
     if cfg.model.name == "svm" and not binary:
         raise ConfigError(
-            "dataset.label_map", cfg.dataset.label_map,
+            "dataset.label_map",
+            cfg.dataset.label_map,
             "model svm is a binary classifier: use even-odd (or synthetic data with num_classes=2)",
         )
 
@@ -206,12 +226,14 @@ def check_parts(cfg: ScenarioConfig) -> None:
             raise ConfigError(key, name, "not available in this version; available: " + ", ".join(registry))
     if s.local_rule.name not in CLIENT_RULES:
         raise ConfigError(
-            "strategy.local_rule.name", s.local_rule.name,
+            "strategy.local_rule.name",
+            s.local_rule.name,
             "not available in this version; available: " + ", ".join(CLIENT_RULES),
         )
     if s.aggregator.aware and s.aggregator.name not in AWARE_BASES:
         raise ConfigError(
-            "strategy.aggregator.aware", True,
+            "strategy.aggregator.aware",
+            True,
             f"the AWARE plug-in wraps {', '.join(AWARE_BASES)}, not {s.aggregator.name}"
             + (" (fedaware is AWARE already)" if s.aggregator.name == "fedaware" else ""),
         )

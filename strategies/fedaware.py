@@ -98,7 +98,9 @@ def _scaled_gram(gram: np.ndarray, scale: Optional[np.ndarray]) -> Callable[[int
     return lambda t: scale * gram[t] * scale[t]
 
 
-def best_pair(gram: np.ndarray, scale: Optional[np.ndarray] = None, block_elems: int = 4_000_000) -> tuple[int, int, float, float]:
+def best_pair(
+    gram: np.ndarray, scale: Optional[np.ndarray] = None, block_elems: int = 4_000_000
+) -> tuple[int, int, float, float]:
     """The pair (i < j) whose best two-point combination has the smallest norm.
 
     Parameters
@@ -390,8 +392,13 @@ class AwareCore:
         stored = len(keys)
         if self.memory == "last-layers":
             if self.layers >= len(keys):
-                log(WARNING, "fedaware: aware_memory=last-layers with aware_layers=%d >= the model's %d float "
-                    "tensors amounts to aware_memory=full", self.layers, len(keys))
+                log(
+                    WARNING,
+                    "fedaware: aware_memory=last-layers with aware_layers=%d >= the model's %d float "
+                    "tensors amounts to aware_memory=full",
+                    self.layers,
+                    len(keys),
+                )
                 self.memory = "full"
             else:
                 stored = self.layers
@@ -399,13 +406,20 @@ class AwareCore:
         dim = self.total_dim - self.offset
         self.store = MomentumStore(self.num_clients, dim, self.dtype)
         self.gram = np.zeros((self.num_clients, self.num_clients))
-        log(DEBUG, "fedaware: momenta of %s (%d of %d values per client, %s): %d bytes",
-            ", ".join(keys[len(keys) - stored:]), dim, self.total_dim, self.dtype, self.store.nbytes)
+        log(
+            DEBUG,
+            "fedaware: momenta of %s (%d of %d values per client, %s): %d bytes",
+            ", ".join(keys[len(keys) - stored :]),
+            dim,
+            self.total_dim,
+            self.dtype,
+            self.store.nbytes,
+        )
 
     @property
     def stored_keys(self) -> list[str]:
         """The float entries whose momenta are kept."""
-        return self.keys[len(self.keys) - self._stored_count():]
+        return self.keys[len(self.keys) - self._stored_count() :]
 
     def _stored_count(self) -> int:
         return len(self.keys) if self.memory == "full" else min(self.layers, len(self.keys))
@@ -421,7 +435,7 @@ class AwareCore:
         assert self.store is not None
         a = self.momentum
         old = self.store.get(ids)  # zero rows for clients without a momentum
-        self.store.set(ids, (1.0 - a) * old + a * grads[:, self.offset:])
+        self.store.set(ids, (1.0 - a) * old + a * grads[:, self.offset :])
         self.has[ids] = True
         self._update_gram(ids)
 
@@ -554,8 +568,13 @@ class AwareCore:
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {
-            "has": self.has.copy(), "warm": self.warm, "gram": self.gram.copy(), "keys": list(self.keys),
-            "memory": self.memory, "offset": self.offset, "total_dim": self.total_dim,
+            "has": self.has.copy(),
+            "warm": self.warm,
+            "gram": self.gram.copy(),
+            "keys": list(self.keys),
+            "memory": self.memory,
+            "offset": self.offset,
+            "total_dim": self.total_dim,
         }
         if self.store is not None:
             state["momenta"] = self.store.get(slice(0, self.num_clients)).astype(np.float32)
@@ -620,7 +639,9 @@ class FedAwareAggregator(Aggregator):
 
     name = "fedaware"
 
-    def __init__(self, num_clients: int, server_lr: float = 1.0, weighted: bool = True, rescale: bool = False, **core: Any) -> None:
+    def __init__(
+        self, num_clients: int, server_lr: float = 1.0, weighted: bool = True, rescale: bool = False, **core: Any
+    ) -> None:
         self.core = AwareCore(num_clients, **core)
         self.server_lr, self.weighted, self.rescale = server_lr, weighted, rescale
         self.fedavg = FedAvgAggregator(weighted=weighted, server_lr=server_lr)
@@ -635,8 +656,11 @@ class FedAwareAggregator(Aggregator):
         else:
             d_norm = float(np.linalg.norm(d))
             if d_norm == 0.0 and not self._zero_logged:
-                log(WARNING, "round %d: fedaware direction is zero (the momenta's hull contains 0): the model "
-                    "does not move", server_round)
+                log(
+                    WARNING,
+                    "round %d: fedaware direction is zero (the momenta's hull contains 0): the model does not move",
+                    server_round,
+                )
                 self._zero_logged = True
             if self.rescale and d_norm > 0.0:
                 x = flatten(global_arrays)
@@ -660,7 +684,10 @@ class FedAwareAggregator(Aggregator):
         self.core.load_state_dict(state["core"])
 
     def summary(self) -> str:
-        return f"fedaware({self.core.summary()}, rescale={self.rescale}, server_lr={self.server_lr}, weighted={self.weighted})"
+        return (
+            f"fedaware({self.core.summary()}, rescale={self.rescale}, server_lr={self.server_lr}, "
+            f"weighted={self.weighted})"
+        )
 
 
 class AwarePlugin(PartWrapper, Aggregator):
@@ -694,9 +721,7 @@ class AwarePlugin(PartWrapper, Aggregator):
                 new = _step(global_arrays, d, coef, [ClientUpdate(-1, 1, base_new)])
                 u_norm = float(np.linalg.norm(u))
                 self._metrics["aware_coef"] = coef
-                self._metrics["aware_cos"] = (
-                    coef * float(np.linalg.norm(d)) / u_norm if u_norm > 0 else 0.0
-                )
+                self._metrics["aware_cos"] = coef * float(np.linalg.norm(d)) / u_norm if u_norm > 0 else 0.0
         self._metrics["aware_step_norm"] = _norm(new, global_arrays)
         return new
 

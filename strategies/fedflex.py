@@ -75,7 +75,9 @@ class RoundRecord:
         return row
 
 
-def check_reply(content: RecordDict, global_arrays: "OrderedDict[str, np.ndarray]") -> tuple[Optional[ClientUpdate], str]:
+def check_reply(
+    content: RecordDict, global_arrays: "OrderedDict[str, np.ndarray]"
+) -> tuple[Optional[ClientUpdate], str]:
     """A validated :class:`ClientUpdate` from a training reply, or (None, reason).
 
     Rejects replies without arrays or ``num-examples``, with other keys, shapes or
@@ -191,7 +193,13 @@ class FedFlex(FedAvg):
     # ------------------------------------------------------------------ summary
     def summary(self) -> None:
         log(INFO, "\t├──> FedFlex parts:")
-        log(INFO, "\t│\t├── sampler: %s (K=%d of N=%d)", self.sampler.summary(), self.clients_per_round, self.num_clients)
+        log(
+            INFO,
+            "\t│\t├── sampler: %s (K=%d of N=%d)",
+            self.sampler.summary(),
+            self.clients_per_round,
+            self.num_clients,
+        )
         log(INFO, "\t│\t├── aggregator: %s", self.aggregator.summary())
         log(INFO, "\t│\t├── initializer: %s", self.initializer.summary())
         log(INFO, "\t│\t└── local rule: %s", self.local_rule)
@@ -214,7 +222,9 @@ class FedFlex(FedAvg):
         record.sampled = [int(c) for c in clients]
         saved = self.global_arrays
         self.global_arrays = arrays
-        messages = self._train_messages(server_round, numpy_to_record(arrays), clients, ConfigRecord(dict(self._config)))
+        messages = self._train_messages(
+            server_round, numpy_to_record(arrays), clients, ConfigRecord(dict(self._config))
+        )
         replies = self._grid.send_and_receive(messages, timeout=self._timeout)
         self._dst_of = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
         new = self._aggregate(server_round, replies, record)
@@ -224,10 +234,14 @@ class FedFlex(FedAvg):
             self._on_round(record)
         return new
 
-    def query(self, server_round: int, clients: np.ndarray, arrays: "OrderedDict[str, np.ndarray]") -> dict[int, dict[str, Any]]:
+    def query(
+        self, server_round: int, clients: np.ndarray, arrays: "OrderedDict[str, np.ndarray]"
+    ) -> dict[int, dict[str, Any]]:
         if self._grid is None:
             raise RuntimeError("query is only available while the strategy runs")
-        config = ConfigRecord({keys.SERVER_ROUND: server_round, keys.TASK: self._config[keys.TASK], keys.WANT_LOSS: True})
+        config = ConfigRecord(
+            {keys.SERVER_ROUND: server_round, keys.TASK: self._config[keys.TASK], keys.WANT_LOSS: True}
+        )
         content = RecordDict({keys.ARRAYS: numpy_to_record(arrays), keys.CONFIG: config})
         messages = [
             Message(content=content, dst_node_id=node, message_type=MessageType.QUERY, ttl=self._timeout)
@@ -281,9 +295,7 @@ class FedFlex(FedAvg):
         if record.session_started and server_round > 1:
             log(INFO, "session %d starts at round %d with %d clients", record.session, server_round, len(online))
         if record.session_started and len(online) >= self.min_clients:
-            replacement = self.initializer.on_session_start(
-                server_round, record.session, online, self.global_arrays
-            )
+            replacement = self.initializer.on_session_start(server_round, record.session, online, self.global_arrays)
             if replacement is not None:
                 self.global_arrays = replacement
                 arrays = numpy_to_record(replacement)
@@ -292,10 +304,7 @@ class FedFlex(FedAvg):
         self.round_arrays = arrays
         if len(online) < self.min_clients:
             record.skipped = True
-            msg = (
-                f"round {server_round}: {len(online)} client(s) online, fewer than "
-                f"min_clients={self.min_clients}"
-            )
+            msg = f"round {server_round}: {len(online)} client(s) online, fewer than min_clients={self.min_clients}"
             if self.on_too_few == "fail":
                 raise TooFewClientsError(msg)
             log(WARNING, "%s: round skipped, model kept", msg)
@@ -322,7 +331,14 @@ class FedFlex(FedAvg):
             if update is None and "NaN or Inf" in reason:
                 record.extra["rejected_nonfinite"] = record.extra.get("rejected_nonfinite", 0) + 1
             if update is None or client is None:
-                log(WARNING, "round %d: reply of client %s (node %d) rejected: %s", server_round, client, node, reason or "unknown node")
+                log(
+                    WARNING,
+                    "round %d: reply of client %s (node %d) rejected: %s",
+                    server_round,
+                    client,
+                    node,
+                    reason or "unknown node",
+                )
                 record.failed.append(-1 if client is None else client)
                 continue
             update.client = client

@@ -50,13 +50,20 @@ def fednova_step(global_arrays: Arrays, ds: list[Arrays], a_norms: np.ndarray, w
     return out
 
 
-def normalised_models(global_arrays: Arrays, ds: list[Arrays], a_norms: np.ndarray, weights: np.ndarray) -> list[Arrays]:
+def normalised_models(
+    global_arrays: Arrays, ds: list[Arrays], a_norms: np.ndarray, weights: np.ndarray
+) -> list[Arrays]:
     """Per client, the parameters x - tau_eff d_i (the keys of d_i only): their
     p-weighted average is :func:`fednova_step`."""
     tau_eff = fednova_tau_eff(a_norms, weights)
     return [
         OrderedDict(
-            (key, (global_arrays[key].astype(np.float64) - tau_eff * np.asarray(d[key], dtype=np.float64)).astype(global_arrays[key].dtype))
+            (
+                key,
+                (global_arrays[key].astype(np.float64) - tau_eff * np.asarray(d[key], dtype=np.float64)).astype(
+                    global_arrays[key].dtype
+                ),
+            )
             for key in d
         )
         for d in ds

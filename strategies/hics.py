@@ -162,9 +162,7 @@ def client_probabilities(labels: np.ndarray, pi: np.ndarray, shares: np.ndarray)
     return pi[labels] * shares / mass[labels]
 
 
-def _draw_cluster_counts_uniform(
-    rng: np.random.Generator, labels: np.ndarray, pi: np.ndarray, num: int
-) -> np.ndarray:
+def _draw_cluster_counts_uniform(rng: np.random.Generator, labels: np.ndarray, pi: np.ndarray, num: int) -> np.ndarray:
     """The authors' draw: ``num`` cluster picks ~ pi, a full cluster is redrawn; then
     the picked number of clients uniformly without replacement inside each cluster."""
     sizes = np.bincount(labels, minlength=pi.size)
@@ -336,14 +334,16 @@ class HiCSSampler(Sampler):
         shares = data_shares(known, sizes)
         authors = self.variant == "authors"
         if authors and float(np.var(h)) >= AUTHORS_VARIANCE_THRESHOLD:
-
             z, leaf = ward_tree(
                 dist, known.size, ward=self.ward, max_exact=self.max_exact, rng=self.rng, rows_as_features=True
             )
             dists = algorithm2_distributions(z, leaf, shares, num, self.rng)
             log(
-                DEBUG, "hics round %d: estimate variance %.3f >= %.1f, clustered sampling",
-                server_round, np.var(h), AUTHORS_VARIANCE_THRESHOLD,
+                DEBUG,
+                "hics round %d: estimate variance %.3f >= %.1f, clustered sampling",
+                server_round,
+                np.var(h),
+                AUTHORS_VARIANCE_THRESHOLD,
             )
             self._last.update(hics_rule="clustered", hics_entropy_var=round(float(np.var(h)), 5))
             return known[draw_one_per_distribution(self.rng, dists, shares)]
@@ -354,12 +354,19 @@ class HiCSSampler(Sampler):
         hbar = cluster_mean(h, labels)
         pi = cluster_probabilities(hbar, gamma)
         log(
-            DEBUG, "hics round %d: %d clusters, gamma %.3f, mean entropies %s, pi %s",
-            server_round, pi.size, gamma, np.round(hbar, 3).tolist(), np.round(pi, 3).tolist(),
+            DEBUG,
+            "hics round %d: %d clusters, gamma %.3f, mean entropies %s, pi %s",
+            server_round,
+            pi.size,
+            gamma,
+            np.round(hbar, 3).tolist(),
+            np.round(pi, 3).tolist(),
         )
         self._last.update(
-            hics_rule="entropy", hics_gamma=round(gamma, 5),
-            hics_cluster_entropy=np.round(hbar, 5).tolist(), hics_cluster_prob=np.round(pi, 5).tolist(),
+            hics_rule="entropy",
+            hics_gamma=round(gamma, 5),
+            hics_cluster_entropy=np.round(hbar, 5).tolist(),
+            hics_cluster_prob=np.round(pi, 5).tolist(),
         )
         if authors:
             return known[_draw_cluster_counts_uniform(self.rng, labels, pi, num)]

@@ -60,8 +60,10 @@ class NodeDirectory:
         self.unanswered = {n: t for n, t in self.unanswered.items() if n in live}
         self.superseded &= live
         new = [
-            n for n in sorted(live)
-            if n not in self.node_to_client and n not in self.superseded
+            n
+            for n in sorted(live)
+            if n not in self.node_to_client
+            and n not in self.superseded
             and now - self.unanswered.get(n, -float("inf")) >= self.retry_after
         ]
         if new and len(new) > self.SIMULATION_SHORTCUT_MIN:
@@ -168,7 +170,9 @@ class NodeDirectory:
         if not 0 <= client < self.num_clients:
             logger.warning(
                 "node %d holds client id %d, outside 0..%d of this scenario; ignored",
-                node, client, self.num_clients - 1,
+                node,
+                client,
+                self.num_clients - 1,
             )
             return False
         old = self.client_to_node.get(client)

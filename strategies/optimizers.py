@@ -102,7 +102,9 @@ class FedAvgM(ServerOptimizer):
 
 
 class _Adaptive(ServerOptimizer):
-    def __init__(self, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3, **kw: Any) -> None:
+    def __init__(
+        self, server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3, **kw: Any
+    ) -> None:
         super().__init__(server_lr, **kw)
         self.beta1, self.beta2, self.tau = beta1, beta2, tau
 

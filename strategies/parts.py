@@ -55,7 +55,7 @@ class RoundContext(Protocol):
         client id -> metrics (``eval-loss``, ``num-examples``) of those that answered."""
 
 
-class Part(ABC):
+class Part(ABC):  # noqa: B024 - the part types below (Sampler, ...) declare abstract hooks
     """Common surface: a name, a one-line summary, a checkpointable state, and optional
     extra content for the train messages."""
 
@@ -77,7 +77,7 @@ class Part(ABC):
         """Config entries to add to this round's train messages."""
         return {}
 
-    def on_model_switch(self, server_round: int) -> None:
+    def on_model_switch(self, server_round: int) -> None:  # noqa: B027 - optional hook
         """The initializer replaced the global model (optimiser state may be reset)."""
 
     def round_metrics(self) -> dict[str, Any]:

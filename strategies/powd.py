@@ -64,7 +64,8 @@ class PowDSampler(Sampler):
             log(
                 WARNING,
                 "pow-d with d=%d <= K=%d leaves no choice: it amounts to sampling K clients by data size",
-                d, clients_per_round,
+                d,
+                clients_per_round,
             )
 
     def _sizes(self) -> dict[int, int]:

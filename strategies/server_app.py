@@ -223,7 +223,9 @@ def run_server(
         if online_rows is not None and strategy.record is not None:
             rows = online_rows(strategy.record.online)
             if len(rows):
-                _, online_acc, _ = evaluate(model, test, rows, batch_size=cfg.evaluation.batch_size, loss=cfg.model.loss)
+                _, online_acc, _ = evaluate(
+                    model, test, rows, batch_size=cfg.evaluation.batch_size, loss=cfg.model.loss
+                )
                 metrics["online-accuracy"] = online_acc
         return metrics
 
@@ -253,7 +255,9 @@ def run_server(
                 logger.error(
                     "round %d: the run diverged: %s; likely cause: client.lr = %g is too large for this model "
                     "(or the server step: strategy.aggregator.server_lr); stopping",
-                    record.round, cause, cfg.client.lr,
+                    record.round,
+                    cause,
+                    cfg.client.lr,
                 )
                 return True
         signum = interrupts.requested()
@@ -262,7 +266,9 @@ def run_server(
             return True
         if reached(record):
             extra["stopped_early"] = True
-            logger.info("Round %d reached test accuracy %.4f >= %.4f: stopping", record.round, record.test_accuracy, target)
+            logger.info(
+                "Round %d reached test accuracy %.4f >= %.4f: stopping", record.round, record.test_accuracy, target
+            )
             return True
         return False
 

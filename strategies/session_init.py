@@ -82,7 +82,9 @@ class _SessionMemory(Initializer):
     def close_session(self, session: int, last_model: Arrays) -> None:
         raise NotImplementedError
 
-    def start_session(self, server_round: int, session: int, online: np.ndarray, global_arrays: Arrays) -> Optional[Arrays]:
+    def start_session(
+        self, server_round: int, session: int, online: np.ndarray, global_arrays: Arrays
+    ) -> Optional[Arrays]:
         raise NotImplementedError
 
 
@@ -189,7 +191,12 @@ class SessionAwareInitializer(_SessionMemory):
             distances = np.array([np.linalg.norm(gradient - g) for _, g in self.history])
             self.last_weights = softmin_weights(distances, self.R)
             replacement = mean_models([w for w, _ in self.history], self.last_weights, like=global_arrays)
-            log(INFO, "session-aware: session %d starts from weights %s", session, np.round(self.last_weights, 3).tolist())
+            log(
+                INFO,
+                "session-aware: session %d starts from weights %s",
+                session,
+                np.round(self.last_weights, 3).tolist(),
+            )
             self._round_metrics = {"init_weights": [round(float(w), 6) for w in self.last_weights]}
         self.gradients[session] = gradient  # only after the weights were computed
         return replacement

@@ -19,10 +19,18 @@ pytestmark = pytest.mark.slow
 
 # 8 clients; sessions of 2 rounds: {0,1,2,3} then {4,5,6,7}, cycling; 3 per round
 OVERRIDES = [
-    "name=it", "num_clients=8", "rounds=5", "dataset.samples_per_client=40",
-    "churn.kind=sessions", "churn.sessions=[[0,1,2,3],[4,5,6,7]]", "churn.rounds_per_session=2",
-    "strategy.sampler.clients_per_round=3", "strategy.sampler.min_clients=1",
-    "evaluation.every=2", "simulation.num_cpus=1", "output.progress=lines",
+    "name=it",
+    "num_clients=8",
+    "rounds=5",
+    "dataset.samples_per_client=40",
+    "churn.kind=sessions",
+    "churn.sessions=[[0,1,2,3],[4,5,6,7]]",
+    "churn.rounds_per_session=2",
+    "strategy.sampler.clients_per_round=3",
+    "strategy.sampler.min_clients=1",
+    "evaluation.every=2",
+    "simulation.num_cpus=1",
+    "output.progress=lines",
 ]
 
 
@@ -30,8 +38,21 @@ OVERRIDES = [
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "fedflex.cli", "run", str(ROOT / "scenarios" / "quickstart.yaml"), *OVERRIDES, "--out", str(out)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        [
+            sys.executable,
+            "-m",
+            "fedflex.cli",
+            "run",
+            str(ROOT / "scenarios" / "quickstart.yaml"),
+            *OVERRIDES,
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
@@ -71,7 +92,9 @@ def test_evaluation_cadence_and_last_round(run_dir):
 
 def test_rows_carry_the_contract_fields(run_dir):
     for row in _rows(run_dir):
-        assert {"round", "session", "online", "sampled", "test_accuracy", "test_loss", "train_loss", "wall_s"} <= set(row)
+        assert {"round", "session", "online", "sampled", "test_accuracy", "test_loss", "train_loss", "wall_s"} <= set(
+            row
+        )
         assert row["train_loss"] > 0
 
 

@@ -48,8 +48,20 @@ HAND_ORDER = [3, 1, 2]
 
 
 # ------------------------------------------------------------------ kernels
-@pytest.mark.parametrize("alpha, tau, k", [(0.5, 120, 60), (0.3, 120, 36), (0.1, 120, 12), (0.7, 120, 84),
-                                           (0.5, 5, 3), (0.1, 5, 1), (0.1, 4, 1), (1.0, 7, 7), (0.5, 0, 0)])
+@pytest.mark.parametrize(
+    "alpha, tau, k",
+    [
+        (0.5, 120, 60),
+        (0.3, 120, 36),
+        (0.1, 120, 12),
+        (0.7, 120, 84),
+        (0.5, 5, 3),
+        (0.1, 5, 1),
+        (0.1, 4, 1),
+        (1.0, 7, 7),
+        (0.5, 0, 0),
+    ],
+)
 def test_herd_k_rounds_half_up_and_keeps_at_least_one(alpha, tau, k):
     assert herd_k(alpha, tau) == k
 
@@ -149,8 +161,13 @@ def _tiny(n=6):
 
 def _input(model, data, options=None, **settings):
     return RuleInput(
-        model=model, data=data, indices=torch.arange(len(data)), settings=TrainSettings(**settings),
-        generator=torch.Generator().manual_seed(0), device=torch.device("cpu"), options=options or {},
+        model=model,
+        data=data,
+        indices=torch.arange(len(data)),
+        settings=TrainSettings(**settings),
+        generator=torch.Generator().manual_seed(0),
+        device=torch.device("cpu"),
+        options=options or {},
     )
 
 
@@ -206,9 +223,16 @@ def _isolated(isolated_cache):  # tests/conftest.py
 
 
 BASE = [
-    "num_clients=4", "rounds=3", "dataset.samples_per_client=40", "churn.kind=none",
-    "strategy.sampler.clients_per_round=4", "output.progress=off", "output.plots=false",
-    "client.lr=0.1", "client.batch_size=8", "client.momentum=0.0",
+    "num_clients=4",
+    "rounds=3",
+    "dataset.samples_per_client=40",
+    "churn.kind=none",
+    "strategy.sampler.clients_per_round=4",
+    "output.progress=off",
+    "output.plots=false",
+    "client.lr=0.1",
+    "client.batch_size=8",
+    "client.momentum=0.0",
 ]
 BHERD = ["strategy.local_rule.name=bherd", "strategy.aggregator.name=bherd"]
 
@@ -311,7 +335,13 @@ def test_local_train_uses_the_loss_the_settings_name():
     nn.init.zeros_(model.weight)
     nn.init.zeros_(model.bias)
     data = ArrayDataset(x=torch.tensor([[1.0]]), y=torch.tensor([1]), num_classes=2)
-    res = local_train(model, data, torch.tensor([0]), TrainSettings(steps=1, batch_size=1, lr=0.1, loss="squared-hinge"),
-                      torch.Generator().manual_seed(0), torch.device("cpu"))
+    res = local_train(
+        model,
+        data,
+        torch.tensor([0]),
+        TrainSettings(steps=1, batch_size=1, lr=0.1, loss="squared-hinge"),
+        torch.Generator().manual_seed(0),
+        torch.device("cpu"),
+    )
     assert float(model.weight) == pytest.approx(0.2) and float(model.bias) == pytest.approx(0.2)
     assert res.train_loss == pytest.approx(1.0)

@@ -70,7 +70,9 @@ def _sequential(model, data, clients, settings):
 
 def _assert_same(model, data, clients, settings):
     seq = _sequential(model, data, clients, settings)
-    fresh = [CohortClient(c.indices, torch.Generator().manual_seed(c.generator.initial_seed()), c.terms) for c in clients]
+    fresh = [
+        CohortClient(c.indices, torch.Generator().manual_seed(c.generator.initial_seed()), c.terms) for c in clients
+    ]
     trained, results = train_cohort(model, data, fresh, settings, CPU)
     for (params, ref), got, res in zip(seq, trained, results):
         assert res.num_examples == ref.num_examples
@@ -179,8 +181,13 @@ def test_vectorize_accepts_yaml_booleans_and_refuses_other_values():
 
 # ---------------------------------------------------------------------------- message level
 BASE = [
-    "num_clients=6", "dataset.samples_per_client=40", "churn.kind=none", "client.batch_size=8",
-    "client.momentum=0.5", "output.progress=off", "output.plots=false",
+    "num_clients=6",
+    "dataset.samples_per_client=40",
+    "churn.kind=none",
+    "client.batch_size=8",
+    "client.momentum=0.5",
+    "output.progress=off",
+    "output.plots=false",
 ]
 
 
@@ -214,7 +221,9 @@ def test_cohort_replies_carry_the_sequential_replies_records(rule):
     replies = []
     for grid in (plain, cohort):
         _, messages = _train_messages(cfg, grid, payload)
-        replies.append(sorted(grid.send_and_receive(messages), key=lambda r: r.content[keys.METRICS][keys.PARTITION_ID]))
+        replies.append(
+            sorted(grid.send_and_receive(messages), key=lambda r: r.content[keys.METRICS][keys.PARTITION_ID])
+        )
     # Assert: one reply per client, same records, same metric keys, values within tolerance
     assert cohort.train_batch.last_mode == "cohort"
     assert len(replies[0]) == len(replies[1]) == cfg.num_clients
@@ -243,7 +252,9 @@ def test_chunked_cohorts_equal_one_cohort():
     for size in (0, 2):
         grid = LocalGrid(client_app, cfg.num_clients, seed=1, train_batch=CohortTrainer("on", cohort_size=size))
         _, messages = _train_messages(cfg, grid)
-        replies.append(sorted(grid.send_and_receive(messages), key=lambda r: r.content[keys.METRICS][keys.PARTITION_ID]))
+        replies.append(
+            sorted(grid.send_and_receive(messages), key=lambda r: r.content[keys.METRICS][keys.PARTITION_ID])
+        )
     for a, b in zip(*replies):
         ra, rb = a.content[keys.ARRAYS].to_torch_state_dict(), b.content[keys.ARRAYS].to_torch_state_dict()
         assert all(torch.allclose(ra[k], rb[k], atol=TOL_PARAM, rtol=0) for k in ra)
@@ -318,7 +329,10 @@ def test_cohort_grid_packs_a_round_into_one_message_per_worker_and_unpacks_the_r
     for r in got:
         pid = int(r.content[keys.METRICS][keys.PARTITION_ID])
         assert r.metadata.src_node_id == node_of[pid]
-        a, b = r.content[keys.SCAFFOLD_DC].to_torch_state_dict(), by_pid[pid].content[keys.SCAFFOLD_DC].to_torch_state_dict()
+        a, b = (
+            r.content[keys.SCAFFOLD_DC].to_torch_state_dict(),
+            by_pid[pid].content[keys.SCAFFOLD_DC].to_torch_state_dict(),
+        )
         assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a)
     assert set(packed.states) == set(range(cfg.num_clients))
     assert all(keys.SCAFFOLD_CI in s for s in packed.states.values())

@@ -23,10 +23,18 @@ def _setup(c_weight=(0.0, 0.0)):
 
 
 def _run(model, data, c, state, steps=1):
-    return scaffold_rule(RuleInput(
-        model=model, data=data, indices=torch.tensor([0]), settings=TrainSettings(steps=steps, batch_size=1, lr=1.0),
-        generator=torch.Generator().manual_seed(0), device=torch.device("cpu"), payload={keys.SCAFFOLD_C: c}, state=state,
-    ))
+    return scaffold_rule(
+        RuleInput(
+            model=model,
+            data=data,
+            indices=torch.tensor([0]),
+            settings=TrainSettings(steps=steps, batch_size=1, lr=1.0),
+            generator=torch.Generator().manual_seed(0),
+            device=torch.device("cpu"),
+            payload={keys.SCAFFOLD_C: c},
+            state=state,
+        )
+    )
 
 
 def test_first_round_is_sgd_and_delta_c_is_the_mean_gradient():
@@ -50,10 +58,16 @@ def test_correction_c_minus_ci_is_added_to_the_gradient():
 def test_missing_server_variate_is_an_error():
     model, data, _ = _setup()
     with pytest.raises(ValueError, match="control variate"):
-        scaffold_rule(RuleInput(
-            model=model, data=data, indices=torch.tensor([0]), settings=TrainSettings(steps=1, batch_size=1),
-            generator=torch.Generator(), device=torch.device("cpu"),
-        ))
+        scaffold_rule(
+            RuleInput(
+                model=model,
+                data=data,
+                indices=torch.tensor([0]),
+                settings=TrainSettings(steps=1, batch_size=1),
+                generator=torch.Generator(),
+                device=torch.device("cpu"),
+            )
+        )
 
 
 def test_control_variate_estimates_the_gradient_under_momentum():
@@ -61,10 +75,17 @@ def test_control_variate_estimates_the_gradient_under_momentum():
     # x - y = lr * ||a||_1 * g, so c_i+ = (x - y) / (lr ||a||_1) must be ~g, not ||a||_1/K g
     model, data, c = _setup()
     state = RecordDict()
-    scaffold_rule(RuleInput(
-        model=model, data=data, indices=torch.tensor([0]),
-        settings=TrainSettings(steps=5, batch_size=1, lr=1e-6, momentum=0.9),
-        generator=torch.Generator().manual_seed(0), device=torch.device("cpu"), payload={keys.SCAFFOLD_C: c}, state=state,
-    ))
+    scaffold_rule(
+        RuleInput(
+            model=model,
+            data=data,
+            indices=torch.tensor([0]),
+            settings=TrainSettings(steps=5, batch_size=1, lr=1e-6, momentum=0.9),
+            generator=torch.Generator().manual_seed(0),
+            device=torch.device("cpu"),
+            payload={keys.SCAFFOLD_C: c},
+            state=state,
+        )
+    )
     c_i = state[keys.SCAFFOLD_CI].to_torch_state_dict()["weight"].flatten().tolist()
     assert c_i == pytest.approx([-0.5, 0.5], rel=1e-4)

@@ -40,8 +40,12 @@ def test_one_sgd_step_by_hand():
     # lr = 1: W = -(-1/2, 1/2) = (1/2, -1/2), b likewise
     model = _zero_logreg()
     res = local_train(
-        model, _one_example_data(), torch.tensor([0]), TrainSettings(steps=1, batch_size=1, lr=1.0),
-        torch.Generator().manual_seed(0), torch.device("cpu"),
+        model,
+        _one_example_data(),
+        torch.tensor([0]),
+        TrainSettings(steps=1, batch_size=1, lr=1.0),
+        torch.Generator().manual_seed(0),
+        torch.device("cpu"),
     )
     assert model.weight.detach().flatten().tolist() == pytest.approx([0.5, -0.5])
     assert model.bias.detach().tolist() == pytest.approx([0.5, -0.5])
@@ -57,9 +61,12 @@ def test_second_step_adds_the_proximal_gradient(rule, mu):
     expected_w0 = 0.5 - ((p0 - 1) + mu * 0.5)
     model = _zero_logreg()
     local_train(
-        model, _one_example_data(), torch.tensor([0]),
+        model,
+        _one_example_data(),
+        torch.tensor([0]),
         TrainSettings(steps=2, batch_size=1, lr=1.0, rule=rule, proximal_mu=mu),
-        torch.Generator().manual_seed(0), torch.device("cpu"),
+        torch.Generator().manual_seed(0),
+        torch.device("cpu"),
     )
     assert float(model.weight.detach()[0, 0]) == pytest.approx(expected_w0, rel=1e-6)
 
@@ -68,8 +75,12 @@ def test_adam_first_step_moves_each_weight_by_lr():
     # Adam's first step is lr * g / (|g| + eps) = lr * sign(g) for every nonzero gradient
     model = _zero_logreg()
     local_train(
-        model, _one_example_data(), torch.tensor([0]), TrainSettings(steps=1, batch_size=1, lr=0.1, optimizer="adam"),
-        torch.Generator().manual_seed(0), torch.device("cpu"),
+        model,
+        _one_example_data(),
+        torch.tensor([0]),
+        TrainSettings(steps=1, batch_size=1, lr=0.1, optimizer="adam"),
+        torch.Generator().manual_seed(0),
+        torch.device("cpu"),
     )
     assert model.weight.detach().flatten().tolist() == pytest.approx([0.1, -0.1], rel=1e-5)
 

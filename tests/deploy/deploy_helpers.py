@@ -52,7 +52,13 @@ def read_rows(out: Path) -> list[dict]:
     return rows
 
 
-def wait_for(predicate: Callable[[], object], timeout: float, what: str, fed: Optional[LocalFederation] = None, interval: float = 0.5):
+def wait_for(
+    predicate: Callable[[], object],
+    timeout: float,
+    what: str,
+    fed: Optional[LocalFederation] = None,
+    interval: float = 0.5,
+):
     """Poll until ``predicate()`` is truthy (returned) or fail the test after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while True:

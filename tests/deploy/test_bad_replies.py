@@ -14,7 +14,6 @@ import math
 import os
 
 import pytest
-
 from deploy_helpers import FAULTY_SITE, QUICKSTART, read_rows, tiny_overrides
 
 pytestmark = pytest.mark.slow

@@ -10,8 +10,8 @@ import sys
 import time
 
 import pytest
-
 from deploy_helpers import QUICKSTART, ROOT, processes_using, tiny_overrides
+
 from fedflex import cli
 from fedflex.deploy import DeployError, find_executable, node_config, run_config, superlink_command
 
@@ -34,10 +34,20 @@ def test_port_in_use_is_refused_before_anything_starts(capsys, tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        code = cli.main([
-            "deploy", "local", str(QUICKSTART), *tiny_overrides(2, 1), "--port", str(port),
-            "--out", str(tmp_path / "out"), "--workdir", str(tmp_path / "w"),
-        ])
+        code = cli.main(
+            [
+                "deploy",
+                "local",
+                str(QUICKSTART),
+                *tiny_overrides(2, 1),
+                "--port",
+                str(port),
+                "--out",
+                str(tmp_path / "out"),
+                "--workdir",
+                str(tmp_path / "w"),
+            ]
+        )
     err = capsys.readouterr().err
     assert code == 1
     assert f"127.0.0.1:{port} is in use" in err
@@ -78,7 +88,12 @@ def test_auth_without_tls_is_refused():
 def test_superlink_command_is_insecure_only_without_tls():
     cmd = superlink_command(9000, executable="flower-superlink")
     assert cmd == [
-        "flower-superlink", "--host", "127.0.0.1", "--port", "9000", "--insecure",
+        "flower-superlink",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "9000",
+        "--insecure",
         "--disable-runtime-dependency-installation",
     ]
 
@@ -88,10 +103,21 @@ def test_interrupt_stops_every_process(tmp_path):
     # Prepare: a run that would take minutes
     workdir, out = tmp_path / "work", tmp_path / "out"
     cmd = [
-        sys.executable, "-m", "fedflex.cli", "deploy", "local", str(QUICKSTART), *tiny_overrides(2, rounds=50),
-        "--out", str(out), "--workdir", str(workdir),
+        sys.executable,
+        "-m",
+        "fedflex.cli",
+        "deploy",
+        "local",
+        str(QUICKSTART),
+        *tiny_overrides(2, rounds=50),
+        "--out",
+        str(out),
+        "--workdir",
+        str(workdir),
     ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         # Execute: Ctrl-C once the run is going (its log stream started)
         deadline = time.monotonic() + 90

@@ -13,11 +13,11 @@ import re
 import shlex
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
 import flwr
 import pytest
+import tomllib
 import yaml
 from flwr.common.config import parse_config_args
 from packaging.requirements import Requirement
@@ -69,7 +69,8 @@ def test_every_copy_source_exists_in_the_build_context():
 
 def test_copied_sources_are_not_docker_ignored():
     ignored = {
-        line.strip() for line in (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
+        line.strip()
+        for line in (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     }
     for word, args in _instructions(DOCKERFILE):
@@ -124,7 +125,10 @@ def test_compose_commands_are_what_deploy_local_runs(kind):
     assert services["superlink"]["command"] == expected[1:]
     for i in range(NUM_NODES):
         expected = supernode_command(
-            f"superlink:{PORT}", i, NUM_NODES, RUNTIME_PORT,
+            f"superlink:{PORT}",
+            i,
+            NUM_NODES,
+            RUNTIME_PORT,
             ca_cert=files.ca_cert if files else None,
             auth_key=IN_CERTS / "keys" / f"supernode-{i}" if tls else None,
             prefix=["flower-supernode"],
@@ -156,7 +160,11 @@ def test_tls_compose_mounts_what_make_certs_writes(tmp_path):
         pytest.skip("openssl not installed")
     # Prepare: the files make_certs.sh writes, in a stand-in for ./certs
     certs = tmp_path / "certs"
-    subprocess.run(["bash", str(ROOT / "scripts" / "make_certs.sh"), "-o", str(certs), "-n", "3", "superlink"], check=True, capture_output=True)
+    subprocess.run(
+        ["bash", str(ROOT / "scripts" / "make_certs.sh"), "-o", str(certs), "-n", "3", "superlink"],
+        check=True,
+        capture_output=True,
+    )
     # Assert: every mounted file exists there; every /app/certs path a command uses is mounted
     for name, service in _compose("tls")["services"].items():
         mounts = {}
@@ -179,9 +187,15 @@ def test_server_certificate_names_the_compose_service(tmp_path):
     if shutil.which("openssl") is None:
         pytest.skip("openssl not installed")
     certs = tmp_path / "certs"
-    subprocess.run(["bash", str(ROOT / "scripts" / "make_certs.sh"), "-o", str(certs), "-n", "0", "superlink"], check=True, capture_output=True)
+    subprocess.run(
+        ["bash", str(ROOT / "scripts" / "make_certs.sh"), "-o", str(certs), "-n", "0", "superlink"],
+        check=True,
+        capture_output=True,
+    )
     text = subprocess.run(
         ["openssl", "x509", "-in", str(certs / "server.crt"), "-noout", "-ext", "subjectAltName"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     assert "DNS:superlink" in text and "IP Address:127.0.0.1" in text and "DNS:localhost" in text

@@ -20,7 +20,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from deploy_helpers import FAST_HEARTBEAT, QUICKSTART, read_rows, tiny_overrides, wait_for
 
 pytestmark = pytest.mark.slow
@@ -62,7 +61,9 @@ def test_killed_supernode_leaves_and_comes_back(tmp_path, federation):
     gone = wait_for(row(lambda r: r["round"] > first["round"]), 60, "round after the departure", fed)
     assert gone["online"] == [0, 1] and gone["sampled"] == [0, 1], gone
     assert gone["session_started"] and gone["session"] > first["session"]
-    back = wait_for(row(lambda r: r["round"] > gone["round"] and 2 in r["sampled"]), 75, "round where client 2 trains again", fed)
+    back = wait_for(
+        row(lambda r: r["round"] > gone["round"] and 2 in r["sampled"]), 75, "round where client 2 trains again", fed
+    )
     assert back["online"] == [0, 1, 2]
     assert back["session"] > gone["session"]
     assert all(r["online"] for r in read_rows(out)), "a round with nobody online"

@@ -16,9 +16,9 @@ import sys
 import time
 
 import pytest
+from deploy_helpers import QUICKSTART, ROOT, processes_using, read_rows, tiny_overrides
 
-from deploy_helpers import QUICKSTART, ROOT, processes_using, read_rows, tiny_overrides, wait_for
-from fedflex.deploy import make_certificates, supernode_command, free_port, wait_until
+from fedflex.deploy import free_port, make_certificates, supernode_command, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -27,9 +27,22 @@ def test_deploy_local_with_tls_and_auth_completes_rounds(tmp_path):
     # Prepare
     out, workdir = tmp_path / "out", tmp_path / "work"
     cmd = [
-        sys.executable, "-m", "fedflex.cli", "deploy", "local", "--nodes", "2", "--auth",
-        str(QUICKSTART), *tiny_overrides(2, rounds=2), "--out", str(out), "--workdir", str(workdir),
-        "--timeout", "100",
+        sys.executable,
+        "-m",
+        "fedflex.cli",
+        "deploy",
+        "local",
+        "--nodes",
+        "2",
+        "--auth",
+        str(QUICKSTART),
+        *tiny_overrides(2, rounds=2),
+        "--out",
+        str(out),
+        "--workdir",
+        str(workdir),
+        "--timeout",
+        "100",
     ]
     # Execute
     t0 = time.monotonic()
@@ -47,7 +60,8 @@ def test_deploy_local_with_tls_and_auth_completes_rounds(tmp_path):
     assert all(r["online"] == [0, 1] and r["sampled"] == [0, 1] and r["failed"] == [] for r in rows)
     assert rows[-1]["test_accuracy"] is not None
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
-    started = [l for l in (workdir / "logs" / "superlink.log").read_text().splitlines() if l.startswith("### ")]
+    lines = (workdir / "logs" / "superlink.log").read_text().splitlines()
+    started = [line for line in lines if line.startswith("### ")]
     assert "--enable-supernode-auth" in started[0] and "--ssl-certfile" in started[0]
     assert "--insecure" not in started[0]
     print(f"deploy local --auth, 2 nodes, 2 rounds: {wall:.1f} s")

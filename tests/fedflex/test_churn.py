@@ -539,7 +539,13 @@ def test_tracker_min_session_rounds_holds_flapping_node_back():
 
     # Assert
     assert results == [
-        (0, True), (0, False), (0, False), (1, True), (1, False), (1, False), (2, True),
+        (0, True),
+        (0, False),
+        (0, False),
+        (1, True),
+        (1, False),
+        (1, False),
+        (2, True),
     ]
 
 
@@ -611,7 +617,10 @@ def test_tracker_state_dict_round_trip_through_json():
     # Assert: same state, and the same decision for the next round ({2,3} after s1 began
     # at round 3 with {2}: 2 rounds old at round 5 -> s2)
     assert (restored.session, restored.session_start_round, restored.members, restored.history) == (
-        tracker.session, tracker.session_start_round, tracker.members, tracker.history,
+        tracker.session,
+        tracker.session_start_round,
+        tracker.members,
+        tracker.history,
     )
     assert restored.update(5, {2, 3}) == tracker.update(5, {2, 3}) == (2, True)
 
@@ -622,5 +631,6 @@ def test_tracker_load_state_dict_reports_missing_keys():
 
     # Execute / Assert
     with pytest.raises(ValueError, match="missing history"):
-        tracker.load_state_dict({"session": 0, "session_start_round": 1, "members": [],
-                                 "last_round": 1, "last_started": True})
+        tracker.load_state_dict(
+            {"session": 0, "session_start_round": 1, "members": [], "last_round": 1, "last_started": True}
+        )

@@ -16,7 +16,12 @@ QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 
 @pytest.mark.parametrize(
     "override, key",
-    [("client.lr=-1", "client.lr"), ("client.lrr=1", "client.lrr"), ("rounds=abc", "rounds"), ("churn.kind=x", "churn.kind")],
+    [
+        ("client.lr=-1", "client.lr"),
+        ("client.lrr=1", "client.lrr"),
+        ("rounds=abc", "rounds"),
+        ("churn.kind=x", "churn.kind"),
+    ],
 )
 def test_bad_override_exits_2_with_one_line(tmp_path, capsys, override, key):
     out = tmp_path / "out"
@@ -47,10 +52,19 @@ def test_missing_data_exits_1_with_where_it_looked(tmp_path, capsys, monkeypatch
     import fedflex.data as data
 
     monkeypatch.setattr(data, "DEBIAN_FMNIST_DIR", tmp_path / "no-debian")
-    code = main([
-        "run", str(QUICKSTART), "dataset.name=fmnist", "partition.scheme=iid", "model.name=cnn-fmnist",
-        f"dataset.root={tmp_path / 'empty'}", "dataset.download=false", "--out", str(tmp_path / "o"),
-    ])
+    code = main(
+        [
+            "run",
+            str(QUICKSTART),
+            "dataset.name=fmnist",
+            "partition.scheme=iid",
+            "model.name=cnn-fmnist",
+            f"dataset.root={tmp_path / 'empty'}",
+            "dataset.download=false",
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1
     assert str(tmp_path / "empty") in err
@@ -61,7 +75,10 @@ def test_process_exit_code_and_no_traceback(tmp_path):
     # the real console entry point, as a user runs it
     proc = subprocess.run(
         [sys.executable, "-m", "fedflex.cli", "run", str(QUICKSTART), "strategy.sampler.clients_per_round=0"],
-        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
@@ -73,7 +90,9 @@ def test_process_exit_code_and_no_traceback(tmp_path):
 def test_local_backend_runs_in_process_and_overrides_may_follow_out(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("FEDFLEX_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "o"
-    code = main(["run", str(QUICKSTART), "--out", str(out), "simulation.backend=local", "rounds=2", "output.progress=off"])
+    code = main(
+        ["run", str(QUICKSTART), "--out", str(out), "simulation.backend=local", "rounds=2", "output.progress=off"]
+    )
     assert code == 0
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2

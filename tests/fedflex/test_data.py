@@ -448,10 +448,25 @@ def test_array_dataset_subset_keeps_classes_and_statistics():
     [
         (dict(x=torch.zeros(3, 2), y=torch.zeros(2, dtype=torch.int64), num_classes=2), "rows"),
         (dict(x=torch.zeros(3, 2), y=torch.zeros(3, dtype=torch.int32), num_classes=2), "int64"),
-        (dict(x=torch.zeros(3, 1, 2, 2, dtype=torch.uint8), y=torch.zeros(3, dtype=torch.int64), num_classes=2,
-              mean=(0.5,)), "together"),
-        (dict(x=torch.zeros(3, 1, 2, 2, dtype=torch.uint8), y=torch.zeros(3, dtype=torch.int64), num_classes=2,
-              mean=(0.5, 0.5), std=(1.0, 1.0)), "1 values"),
+        (
+            dict(
+                x=torch.zeros(3, 1, 2, 2, dtype=torch.uint8),
+                y=torch.zeros(3, dtype=torch.int64),
+                num_classes=2,
+                mean=(0.5,),
+            ),
+            "together",
+        ),
+        (
+            dict(
+                x=torch.zeros(3, 1, 2, 2, dtype=torch.uint8),
+                y=torch.zeros(3, dtype=torch.int64),
+                num_classes=2,
+                mean=(0.5, 0.5),
+                std=(1.0, 1.0),
+            ),
+            "1 values",
+        ),
     ],
     ids=["length-mismatch", "label-dtype", "mean-without-std", "channel-count"],
 )

@@ -31,7 +31,9 @@ def _env(tmp_path):
 
 def _start(tmp_path, out, extra=()):
     cmd = [sys.executable, "-m", "fedflex.cli", "run", str(QUICKSTART), *SLOW, *extra, "--out", str(out)]
-    return subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _wait_rows(out, n, proc, timeout=120):
@@ -72,8 +74,14 @@ def test_signal_stops_at_a_round_boundary_and_says_how_to_resume(tmp_path, sig, 
     assert summary["last_round"] == rows[-1]["round"] == len(rows) < 40
     assert (out / "checkpoint.pkl").is_file()  # even with checkpoint_every 0: resumable
     # ... and the resumed run continues from the round after it
-    resumed = subprocess.run([sys.executable, "-m", "fedflex.cli", "run", "--resume", str(out)],
-                             cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "fedflex.cli", "run", "--resume", str(out)],
+        cwd=ROOT,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == list(range(1, 41))
@@ -85,10 +93,28 @@ def test_signal_stops_at_a_round_boundary_and_says_how_to_resume(tmp_path, sig, 
 def test_ctrl_c_on_the_ray_backend_stops_ray_within_seconds(tmp_path):
     # Ctrl-C in a terminal signals the whole process group (Ray's processes too)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "fedflex.cli", "run", str(QUICKSTART), "rounds=200", "dataset.samples_per_client=3000",
-           "output.progress=off", "output.plots=false", "--out", str(out)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "fedflex.cli",
+        "run",
+        str(QUICKSTART),
+        "rounds=200",
+        "dataset.samples_per_client=3000",
+        "output.progress=off",
+        "output.plots=false",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         _wait_rows(out, 2, proc, timeout=180)
         os.killpg(proc.pid, signal.SIGINT)
@@ -123,8 +149,19 @@ def test_second_interrupt_exits_at_once(tmp_path):
 def test_divergence_stops_the_run_with_its_own_status(tmp_path, capsys):
     # Prepare: an mlp with lr 1e6 overflows within a few rounds
     out = tmp_path / "out"
-    code = main(["run", str(QUICKSTART), "model.name=mlp", "client.lr=1e6", "rounds=20", *FAST,
-                 "output.plots=true", "--out", str(out)])
+    code = main(
+        [
+            "run",
+            str(QUICKSTART),
+            "model.name=mlp",
+            "client.lr=1e6",
+            "rounds=20",
+            *FAST,
+            "output.plots=true",
+            "--out",
+            str(out),
+        ]
+    )
     err = capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -138,8 +175,19 @@ def test_divergence_stops_the_run_with_its_own_status(tmp_path, capsys):
 
 def test_divergence_can_be_ignored(tmp_path, capsys):
     out = tmp_path / "out"
-    code = main(["run", str(QUICKSTART), "model.name=mlp", "client.lr=1e6", "rounds=6", *FAST,
-                 "evaluation.stop_on_divergence=false", "--out", str(out)])
+    code = main(
+        [
+            "run",
+            str(QUICKSTART),
+            "model.name=mlp",
+            "client.lr=1e6",
+            "rounds=6",
+            *FAST,
+            "evaluation.stop_on_divergence=false",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     assert json.loads((out / "summary.json").read_text())["rounds"] == 6
 
@@ -157,7 +205,9 @@ TRACE_CASES = {
 def test_bad_trace_is_a_load_error(tmp_path, capsys, case):
     text, expected = TRACE_CASES[case]
     (tmp_path / "t.csv").write_text(text)
-    code = main(["run", str(QUICKSTART), "churn.kind=trace", f"churn.trace={tmp_path / 't.csv'}", "--out", str(tmp_path / "o")])
+    code = main(
+        ["run", str(QUICKSTART), "churn.kind=trace", f"churn.trace={tmp_path / 't.csv'}", "--out", str(tmp_path / "o")]
+    )
     err = _one_line_error(capsys)
     assert code == 2 and err.startswith("fedflex: config error: churn.trace = ") and expected in err
     assert not (tmp_path / "o").exists()
@@ -200,16 +250,20 @@ def test_out_that_cannot_be_created_is_refused(tmp_path, capsys, target):
     assert code == 2 and "cannot be created" in err
 
 
-@pytest.mark.parametrize("content", [b"", b"\x80\x04\x95 truncated", os.urandom(64), b"\x80\x04K\x05."],
-                         ids=["empty", "truncated", "random", "not-a-checkpoint"])
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"\x80\x04\x95 truncated", os.urandom(64), b"\x80\x04K\x05."],
+    ids=["empty", "truncated", "random", "not-a-checkpoint"],
+)
 def test_broken_checkpoint_is_refused_and_left_alone(tmp_path, capsys, content):
     assert main(["run", str(QUICKSTART), *FAST, "rounds=2", "--out", str(tmp_path / "r")]) == 0
     capsys.readouterr()
     (tmp_path / "r" / "checkpoint.pkl").write_bytes(content)
     config = load_scenario(tmp_path / "r" / "config.yaml")
     # the run is finished: shorten it in config.yaml's eyes by asking for more rounds
-    (tmp_path / "r" / "config.yaml").write_text((tmp_path / "r" / "config.yaml").read_text().replace(
-        f"rounds: {config.rounds}", "rounds: 5"))
+    (tmp_path / "r" / "config.yaml").write_text(
+        (tmp_path / "r" / "config.yaml").read_text().replace(f"rounds: {config.rounds}", "rounds: 5")
+    )
     before = {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir()}
     code = main(["run", "--resume", str(tmp_path / "r")])
     err = _one_line_error(capsys)
@@ -249,9 +303,25 @@ def test_more_clients_per_round_than_clients_is_refused():
 def test_every_entry_of_a_session_schedule_starts_a_session(tmp_path):
     # two consecutive entries with the same set: three sessions, not two
     out = tmp_path / "out"
-    assert main(["run", str(QUICKSTART), *FAST, "num_clients=4", "rounds=6", "churn.kind=sessions",
-                 "churn.sessions=[[0,1],[0,1],[2,3]]", "churn.rounds_per_session=2", "churn.cycle=false",
-                 "strategy.sampler.clients_per_round=2", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(QUICKSTART),
+                *FAST,
+                "num_clients=4",
+                "rounds=6",
+                "churn.kind=sessions",
+                "churn.sessions=[[0,1],[0,1],[2,3]]",
+                "churn.rounds_per_session=2",
+                "churn.cycle=false",
+                "strategy.sampler.clients_per_round=2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["session"] for r in rows] == [0, 0, 1, 1, 2, 2]
     assert [r["session_started"] for r in rows] == [True, False, True, False, True, False]
@@ -271,8 +341,22 @@ def test_markov_defaults_give_sessions_of_several_rounds():
 
 def test_explore_first_keeps_the_wrapped_samplers_metrics(tmp_path):
     out = tmp_path / "out"
-    assert main(["run", str(QUICKSTART), *FAST, "rounds=3", "churn.kind=none", "strategy.sampler.name=hics",
-                 "strategy.sampler.explore_first=true", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(QUICKSTART),
+                *FAST,
+                "rounds=3",
+                "churn.kind=none",
+                "strategy.sampler.name=hics",
+                "strategy.sampler.explore_first=true",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert all("hics_entropy" in r and "explored" in r for r in rows), sorted(rows[0])  # hics's own observe figures
     assert rows[0]["explored"] == len(rows[0]["sampled"])  # nobody known in round 1

@@ -65,7 +65,9 @@ def test_label_map_is_checked_at_load():
 def test_load_dataset_applies_the_map(monkeypatch, tmp_path):
     from fedflex.data import load_dataset
 
-    data = load_dataset(DatasetConfig(name="synthetic", num_classes=10, label_map="even-odd", samples_per_client=20), 2, 0)
+    data = load_dataset(
+        DatasetConfig(name="synthetic", num_classes=10, label_map="even-odd", samples_per_client=20), 2, 0
+    )
     assert data.train.num_classes == 2 and set(data.train.y.tolist()) <= {0, 1}
 
 
@@ -114,13 +116,18 @@ def test_partition_on_source_labels_splits_digits_and_counts_the_mapped_labels(t
     # digits 0..3, 3 examples each, mapped to even/odd; groups {0,1} and {2,3} by digit give
     # each client one even and one odd digit: 3 + 3 examples, mapped counts (3, 3)
     y = torch.arange(4).repeat_interleave(3)
-    data = apply_label_map(FederatedData(train=ArrayDataset(torch.zeros(12, 1), y, 4), test=ArrayDataset(torch.zeros(2, 1), y[:2], 4)), "even-odd")
+    data = apply_label_map(
+        FederatedData(train=ArrayDataset(torch.zeros(12, 1), y, 4), test=ArrayDataset(torch.zeros(2, 1), y[:2], 4)),
+        "even-odd",
+    )
     cfg = PartitionConfig(scheme="label-groups", label_groups=[[0, 1], [2, 3]], labels="source")
     part = partition_data(cfg, data, 2, seed=0, cache_dir=tmp_path)
     assert [ix.tolist() for ix in part.indices] == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11]]
     assert part.label_counts.tolist() == [[3, 3], [3, 3]]
     # on the mapped labels the same groups name classes 0 / 1 and digit 2 / 3 do not exist
-    mapped = partition_data(PartitionConfig(scheme="label-groups", label_groups=[[0], [1]]), data, 2, seed=0, cache_dir=tmp_path)
+    mapped = partition_data(
+        PartitionConfig(scheme="label-groups", label_groups=[[0], [1]]), data, 2, seed=0, cache_dir=tmp_path
+    )
     assert mapped.label_counts.tolist() == [[6, 0], [0, 6]]
     with pytest.raises(ConfigError, match="partition.labels"):
         load_scenario(None, ["partition.labels=digits"])

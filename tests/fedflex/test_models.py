@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from fedflex import config
-from fedflex.models import MODELS, build_model, num_parameters, output_bias_key, output_layer
 from fedflex.config import ModelConfig
+from fedflex.models import MODELS, build_model, num_parameters, output_bias_key, output_layer
 
 # Each model on its natural input: (name, input_shape, num_classes)
 NATURAL = [

@@ -467,9 +467,7 @@ def test_natural_without_a_split_is_refused():
 def test_natural_split_sharing_an_example_is_refused():
     # Prepare / Execute / Assert
     with pytest.raises(ValueError, match="more than one client"):
-        make_partition(
-            PartitionConfig(scheme="natural"), LABELS, 2, 10, 0, natural=[np.array([1]), np.array([1])]
-        )
+        make_partition(PartitionConfig(scheme="natural"), LABELS, 2, 10, 0, natural=[np.array([1]), np.array([1])])
 
 
 def test_labels_outside_the_classes_are_refused():

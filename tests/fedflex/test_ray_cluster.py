@@ -29,18 +29,44 @@ def test_run_attaches_to_a_two_node_ray_cluster(tmp_path):
     # Prepare: a head node and a worker node, one CPU each, on 127.0.0.1
     ray = str(RAY if RAY.exists() else shutil.which("ray"))
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "FEDFLEX_CACHE": str(tmp_path / "cache"), "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "FEDFLEX_CACHE": str(tmp_path / "cache"),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
     start = [ray, "start", "--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
     try:
-        subprocess.run([*start, "--head", f"--port={port}", "--include-dashboard=false"],
-                       check=True, env=env, capture_output=True, timeout=120)
+        subprocess.run(
+            [*start, "--head", f"--port={port}", "--include-dashboard=false"],
+            check=True,
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
         subprocess.run([*start, f"--address=127.0.0.1:{port}"], check=True, env=env, capture_output=True, timeout=120)
         # Execute
         out = tmp_path / "out"
         proc = subprocess.run(
-            [sys.executable, "-m", "fedflex.cli", "run", str(QUICKSTART), "rounds=3", "output.progress=off",
-             "output.plots=false", f"simulation.ray_address=127.0.0.1:{port}", "--out", str(out), "--verbose"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "fedflex.cli",
+                "run",
+                str(QUICKSTART),
+                "rounds=3",
+                "output.progress=off",
+                "output.plots=false",
+                f"simulation.ray_address=127.0.0.1:{port}",
+                "--out",
+                str(out),
+                "--verbose",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         nodes = subprocess.run([ray, "status", f"--address=127.0.0.1:{port}"], env=env, capture_output=True, text=True)
     finally:

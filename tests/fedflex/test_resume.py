@@ -19,8 +19,14 @@ QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 # slow enough rounds to kill one mid-run; server momentum and Markov churn make the
 # restored state matter (sampler RNG, momentum buffer, session tracker)
 OVERRIDES = [
-    "simulation.backend=local", "rounds=8", "output.checkpoint_every=2", "output.progress=off", "output.plots=false",
-    "dataset.samples_per_client=4000", "strategy.aggregator.name=fedavgm", "strategy.aggregator.server_momentum=0.5",
+    "simulation.backend=local",
+    "rounds=8",
+    "output.checkpoint_every=2",
+    "output.progress=off",
+    "output.plots=false",
+    "dataset.samples_per_client=4000",
+    "strategy.aggregator.name=fedavgm",
+    "strategy.aggregator.server_momentum=0.5",
 ]
 
 
@@ -50,7 +56,11 @@ def test_killed_and_resumed_run_ends_with_the_uninterrupted_model(tmp_path):
     assert 5 <= done < 8, "the run must be killed mid-way"
     assert not (killed / "model.npz").exists()
     resumed = subprocess.run(
-        [sys.executable, "-m", "fedflex.cli", "run", "--resume", str(killed)], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "fedflex.cli", "run", "--resume", str(killed)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     a, b = np.load(tmp_path / "full" / "model.npz"), np.load(killed / "model.npz")

@@ -23,7 +23,9 @@ def _arrays(*values):
 
 
 def _update(n, arrays=None, extras=None, **metrics):
-    return ClientUpdate(client=0, num_examples=n, arrays=arrays or _arrays(0.0, 0.0), metrics=metrics, extras=extras or {})
+    return ClientUpdate(
+        client=0, num_examples=n, arrays=arrays or _arrays(0.0, 0.0), metrics=metrics, extras=extras or {}
+    )
 
 
 # ------------------------------------------------------------------ BHerd
@@ -61,7 +63,9 @@ def test_herd_gap_is_reported_and_a_large_one_warned_about_once(caplog):
 
 def test_grab_divides_by_the_weighted_reported_alpha():
     # p = (1/4, 3/4), alpha_i = (1/2, 1/6): alpha_t = 1/8 + 1/8 = 1/4; coefficients eta p / alpha_t
-    coefs, figures = bherd_coefficients("reported", 0.1, 0.5, np.array([1, 3]), np.array([0.5, 1 / 6]), np.zeros(2), np.zeros(2))
+    coefs, figures = bherd_coefficients(
+        "reported", 0.1, 0.5, np.array([1, 3]), np.array([0.5, 1 / 6]), np.zeros(2), np.zeros(2)
+    )
     assert figures["herd_alpha_t"] == pytest.approx(0.25)
     np.testing.assert_allclose(coefs, [0.1, 0.3])
 
@@ -73,7 +77,9 @@ def test_grab_round_with_nothing_selected_keeps_the_parameters():
 
 def test_bherd_on_fednova_normalises_by_k_and_tau_eff():
     # p = (1/2, 1/2), tau = (4, 8): tau_eff = 6; k = (2, 4): c = eta * 6 * (1/2) / k = (0.15, 0.075)
-    coefs, figures = bherd_coefficients("fednova", 0.1, 0.5, np.ones(2), np.zeros(2), np.array([4, 8]), np.array([2, 4]))
+    coefs, figures = bherd_coefficients(
+        "fednova", 0.1, 0.5, np.ones(2), np.zeros(2), np.array([4, 8]), np.array([2, 4])
+    )
     assert figures["herd_tau_eff"] == 6.0
     np.testing.assert_allclose(coefs, [0.15, 0.075])
 
@@ -83,8 +89,11 @@ def test_buffers_are_averaged_and_counters_kept():
     # the running statistic is the clients' average (2 + 4) / 2; the counter the first's
     global_arrays = OrderedDict(w=np.zeros(1, np.float32), running=np.zeros(1, np.float32), count=np.array(5))
     updates = [
-        _update(1, arrays=OrderedDict(w=np.ones(1, np.float32), running=np.array([r], np.float32), count=np.array(7)),
-                extras={keys.HERD_G: OrderedDict(w=np.ones(1, np.float32))})
+        _update(
+            1,
+            arrays=OrderedDict(w=np.ones(1, np.float32), running=np.array([r], np.float32), count=np.array(7)),
+            extras={keys.HERD_G: OrderedDict(w=np.ones(1, np.float32))},
+        )
         for r in (2.0, 4.0)
     ]
     new = BHerdAggregator(lr=1.0, alpha=1.0).aggregate(1, global_arrays, updates)
@@ -100,7 +109,10 @@ def test_bherd_aggregator_without_gradients_names_the_record():
 FEDNOVA_CASE = dict(
     # n = (1, 3): p = (1/4, 3/4); ||a|| = (2, 4): tau_eff = 1/2 + 3 = 3.5
     # sum p d = (0.025 + 0.225, 0.05 - 0.075) = (0.25, -0.025); x - 3.5 * that = (0.125, 2.0875)
-    x=_arrays(1.0, 2.0), ds=[_arrays(0.1, 0.2), _arrays(0.3, -0.1)], a=np.array([2.0, 4.0]), n=np.array([1, 3]),
+    x=_arrays(1.0, 2.0),
+    ds=[_arrays(0.1, 0.2), _arrays(0.3, -0.1)],
+    a=np.array([2.0, 4.0]),
+    n=np.array([1, 3]),
     expected=[0.125, 2.0875],
 )
 
@@ -127,18 +139,32 @@ def test_fednova_server_then_fedavg_is_the_fednova_step():
 BASE = ["num_clients=4", "churn.kind=none"]
 
 
-@pytest.mark.parametrize("overrides, key", [
-    (["strategy.aggregator.name=bherd"], "strategy.aggregator.name"),
-    (["strategy.local_rule.name=bherd"], "strategy.local_rule.name"),
-    (["strategy.local_rule.name=grab", "strategy.aggregator.name=fedavg"], "strategy.local_rule.name"),
-    (["strategy.local_rule.name=grab", "strategy.aggregator.name=bherd", "strategy.local_rule.bherd_base=scaffold"],
-     "strategy.local_rule.bherd_base"),
-    (["strategy.local_rule.name=bherd", "strategy.aggregator.name=bherd", "client.optimizer=adam"], "client.optimizer"),
-    (["strategy.local_rule.name=fednova", "client.optimizer=adam"], "client.optimizer"),
-    (["model.name=svm", "model.loss=squared-hinge"], "dataset.label_map"),
-    (["strategy.local_rule.name=bherd", "strategy.aggregator.name=bherd", "strategy.aggregator.aware=true"],
-     "strategy.aggregator.aware"),
-])
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["strategy.aggregator.name=bherd"], "strategy.aggregator.name"),
+        (["strategy.local_rule.name=bherd"], "strategy.local_rule.name"),
+        (["strategy.local_rule.name=grab", "strategy.aggregator.name=fedavg"], "strategy.local_rule.name"),
+        (
+            [
+                "strategy.local_rule.name=grab",
+                "strategy.aggregator.name=bherd",
+                "strategy.local_rule.bherd_base=scaffold",
+            ],
+            "strategy.local_rule.bherd_base",
+        ),
+        (
+            ["strategy.local_rule.name=bherd", "strategy.aggregator.name=bherd", "client.optimizer=adam"],
+            "client.optimizer",
+        ),
+        (["strategy.local_rule.name=fednova", "client.optimizer=adam"], "client.optimizer"),
+        (["model.name=svm", "model.loss=squared-hinge"], "dataset.label_map"),
+        (
+            ["strategy.local_rule.name=bherd", "strategy.aggregator.name=bherd", "strategy.aggregator.aware=true"],
+            "strategy.aggregator.aware",
+        ),
+    ],
+)
 def test_combinations_that_cannot_work_are_refused_by_key(overrides, key):
     cfg = load_scenario(None, BASE + overrides)
     with pytest.raises(ConfigError) as err:
@@ -157,8 +183,16 @@ def test_bherd_base_value_is_checked_at_load():
 
 
 def test_bherd_on_scaffold_carries_options_and_the_control_variate():
-    cfg = load_scenario(None, BASE + ["strategy.local_rule.name=bherd", "strategy.aggregator.name=bherd",
-                                      "strategy.local_rule.bherd_base=scaffold", "strategy.local_rule.bherd_alpha=0.3"])
+    cfg = load_scenario(
+        None,
+        BASE
+        + [
+            "strategy.local_rule.name=bherd",
+            "strategy.aggregator.name=bherd",
+            "strategy.local_rule.bherd_base=scaffold",
+            "strategy.local_rule.bherd_alpha=0.3",
+        ],
+    )
     strategy = build_strategy(cfg, None)
     rule = strategy.server_rule
     assert isinstance(rule, RuleOptions) and isinstance(rule.inner, ScaffoldServer)
@@ -168,8 +202,15 @@ def test_bherd_on_scaffold_carries_options_and_the_control_variate():
 
 @pytest.mark.parametrize("rule, base, divisor", [("grab", "fedavg", "reported"), ("bherd", "fednova", "fednova")])
 def test_divisor_follows_the_local_rule(rule, base, divisor):
-    cfg = load_scenario(None, BASE + [f"strategy.local_rule.name={rule}", "strategy.aggregator.name=bherd",
-                                      f"strategy.local_rule.bherd_base={base}"])
+    cfg = load_scenario(
+        None,
+        BASE
+        + [
+            f"strategy.local_rule.name={rule}",
+            "strategy.aggregator.name=bherd",
+            f"strategy.local_rule.bherd_base={base}",
+        ],
+    )
     assert build_strategy(cfg, None).aggregator.divisor == divisor
 
 

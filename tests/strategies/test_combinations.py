@@ -16,10 +16,18 @@ from strategies.server_app import run_server
 # 2 rounds, a new session each round: round 2 is a session start after the pilot
 # session, so session-aware runs its gradient round there
 BASE = [
-    "num_clients=4", "rounds=2", "dataset.samples_per_client=20", "client.batch_size=5",
-    "strategy.sampler.clients_per_round=2", "strategy.sampler.d=3",
-    "churn.kind=sessions", "churn.sessions=[[0,1,2],[1,2,3]]", "churn.rounds_per_session=1",
-    "output.progress=off", "output.plots=false", "output.checkpoint_every=0",
+    "num_clients=4",
+    "rounds=2",
+    "dataset.samples_per_client=20",
+    "client.batch_size=5",
+    "strategy.sampler.clients_per_round=2",
+    "strategy.sampler.d=3",
+    "churn.kind=sessions",
+    "churn.sessions=[[0,1,2],[1,2,3]]",
+    "churn.rounds_per_session=1",
+    "output.progress=off",
+    "output.plots=false",
+    "output.checkpoint_every=0",
 ]
 
 
@@ -34,8 +42,10 @@ def test_every_combination_runs_or_is_refused_by_name(tmp_path, sampler, aggrega
     ran, refused = 0, 0
     for init, rule in itertools.product(INITIALIZERS, LOCAL_RULES):
         overrides = BASE + [
-            f"strategy.sampler.name={sampler}", f"strategy.aggregator.name={aggregator}",
-            f"strategy.initializer.name={init}", f"strategy.local_rule.name={rule}",
+            f"strategy.sampler.name={sampler}",
+            f"strategy.aggregator.name={aggregator}",
+            f"strategy.initializer.name={init}",
+            f"strategy.local_rule.name={rule}",
         ]
         try:
             cfg = load_scenario(None, overrides)

@@ -14,7 +14,7 @@ from clients.client_app import app as client_app
 from fedflex.config import ConfigError, load_scenario
 from fedflex.local_grid import LocalGrid
 from fedflex.results import read_metrics
-from strategies.basic import ExploreFirstSampler, FedAvgAggregator
+from strategies.basic import ExploreFirstSampler, FedAvgAggregator, UniformSampler
 from strategies.build import build_strategy, check_parts
 from strategies.diagnostics import e_lud
 from strategies.fedaware import (
@@ -27,7 +27,6 @@ from strategies.fedaware import (
     projection_coefficient,
     two_point,
 )
-from strategies.basic import UniformSampler
 from strategies.optimizers import FedAvgM
 from strategies.parts import ClientUpdate
 from strategies.server_app import run_server
@@ -48,8 +47,12 @@ def _qp(gram):
     """Generic reference: SLSQP on the simplex."""
     n = len(gram)
     res = minimize(
-        lambda l: l @ gram @ l, np.full(n, 1.0 / n), jac=lambda l: 2 * gram @ l, method="SLSQP",
-        bounds=[(0.0, 1.0)] * n, constraints=[{"type": "eq", "fun": lambda l: l.sum() - 1.0, "jac": lambda l: np.ones(n)}],
+        lambda w: w @ gram @ w,
+        np.full(n, 1.0 / n),
+        jac=lambda w: 2 * gram @ w,
+        method="SLSQP",
+        bounds=[(0.0, 1.0)] * n,
+        constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0, "jac": lambda w: np.ones(n)}],
         options={"ftol": 1e-16, "maxiter": 1000},
     )
     return res.x
@@ -210,7 +213,9 @@ def test_rescale_sets_the_step_to_the_mean_update_norm():
     np.testing.assert_allclose(out["w"][0], out["w"][1])
 
 
-@pytest.mark.parametrize("departed, weight2, kept", [("keep", 1 / 3, True), ("exclude", 0.0, True), ("drop", 0.0, False)])
+@pytest.mark.parametrize(
+    "departed, weight2, kept", [("keep", 1 / 3, True), ("exclude", 0.0, True), ("drop", 0.0, False)]
+)
 def test_departed_clients(departed, weight2, kept):
     agg = FedAwareAggregator(3, momentum=1.0, warmup=False, departed=departed)
     x = _model(0.0, 0.0)
@@ -246,12 +251,19 @@ def test_plugin_is_the_base_method_during_warmup():
 
 # ------------------------------------------------------------------ memory
 def _layered_updates(rng, n, body_moves=False):
-    x = OrderedDict(body=np.zeros(3, np.float32), **{"fc.weight": np.zeros((2, 2), np.float32)}, **{"fc.bias": np.zeros(2, np.float32)})
+    x = OrderedDict(
+        body=np.zeros(3, np.float32),
+        **{"fc.weight": np.zeros((2, 2), np.float32)},
+        **{"fc.bias": np.zeros(2, np.float32)},
+    )
     ups = []
     for i in range(n):
         arrays = OrderedDict(
             body=(rng.normal(size=3) if body_moves else np.zeros(3)).astype(np.float32),
-            **{"fc.weight": rng.normal(size=(2, 2)).astype(np.float32), "fc.bias": rng.normal(size=2).astype(np.float32)},
+            **{
+                "fc.weight": rng.normal(size=(2, 2)).astype(np.float32),
+                "fc.bias": rng.normal(size=2).astype(np.float32),
+            },
         )
         ups.append(ClientUpdate(i, 1, arrays))
     return x, ups
@@ -322,15 +334,27 @@ def test_bad_departed_value_fails_at_load():
 
 
 # ------------------------------------------------------------------ end to end
-@pytest.mark.parametrize("aggregator", [
-    ["strategy.aggregator.name=fedaware"],
-    ["strategy.aggregator.name=fedavgm", "strategy.aggregator.aware=true", "strategy.aggregator.server_lr=0.5"],
-])
+@pytest.mark.parametrize(
+    "aggregator",
+    [
+        ["strategy.aggregator.name=fedaware"],
+        ["strategy.aggregator.name=fedavgm", "strategy.aggregator.aware=true", "strategy.aggregator.server_lr=0.5"],
+    ],
+)
 def test_three_rounds_through_the_client_app(tmp_path, isolated_cache, aggregator):
-    cfg = load_scenario(None, [
-        "num_clients=6", "rounds=3", "dataset.samples_per_client=30", "churn.kind=none",
-        "strategy.sampler.clients_per_round=6", "output.progress=off", "output.plots=false", *aggregator,
-    ])
+    cfg = load_scenario(
+        None,
+        [
+            "num_clients=6",
+            "rounds=3",
+            "dataset.samples_per_client=30",
+            "churn.kind=none",
+            "strategy.sampler.clients_per_round=6",
+            "output.progress=off",
+            "output.plots=false",
+            *aggregator,
+        ],
+    )
     run_server(LocalGrid(client_app, cfg.num_clients), cfg, tmp_path / "out")
     rows = read_metrics(tmp_path / "out")
     # all 6 train in round 1: every client has a momentum after it, so AWARE already steps
@@ -356,7 +380,9 @@ def test_explore_first_is_wired_from_the_config():
     from fedflex.config import load_scenario
     from strategies.build import build_strategy
 
-    cfg = load_scenario(None, ["strategy.sampler.explore_first=true", "num_clients=6", "strategy.sampler.clients_per_round=2"])
+    cfg = load_scenario(
+        None, ["strategy.sampler.explore_first=true", "num_clients=6", "strategy.sampler.clients_per_round=2"]
+    )
     strategy = build_strategy(cfg, None)
     assert strategy.sampler.summary().startswith("explore-first(uniform")
     # 3 rounds of 2 cover all 6 clients once, whatever the draw

@@ -19,8 +19,13 @@ from strategies.fedflex import TooFewClientsError
 from strategies.server_app import run_server
 
 BASE = [
-    "num_clients=6", "rounds=4", "dataset.samples_per_client=30", "churn.kind=none",
-    "strategy.sampler.clients_per_round=3", "output.progress=off", "output.plots=false",
+    "num_clients=6",
+    "rounds=4",
+    "dataset.samples_per_client=30",
+    "churn.kind=none",
+    "strategy.sampler.clients_per_round=3",
+    "output.progress=off",
+    "output.plots=false",
 ]
 
 
@@ -48,10 +53,15 @@ def test_worker_loads_the_data_once_for_all_messages(tmp_path, monkeypatch):
 
 def test_round_with_too_few_online_clients_is_skipped_and_logged(tmp_path, caplog):
     # sessions of 1 round: {0,1,2}, {3} (1 client < min_clients=2), cycling
-    _, rows, _ = _run(tmp_path, [
-        "churn.kind=sessions", "churn.sessions=[[0,1,2],[3]]", "churn.rounds_per_session=1",
-        "strategy.sampler.min_clients=2",
-    ])
+    _, rows, _ = _run(
+        tmp_path,
+        [
+            "churn.kind=sessions",
+            "churn.sessions=[[0,1,2],[3]]",
+            "churn.rounds_per_session=1",
+            "strategy.sampler.min_clients=2",
+        ],
+    )
     assert [r["skipped"] for r in rows] == [False, True, False, True]
     assert rows[1]["sampled"] == [] and rows[1]["online"] == [3]
     assert "fewer than min_clients=2" in caplog.text
@@ -59,15 +69,25 @@ def test_round_with_too_few_online_clients_is_skipped_and_logged(tmp_path, caplo
 
 def test_too_few_clients_can_fail_the_run(tmp_path):
     with pytest.raises(TooFewClientsError, match="round 2"):
-        _run(tmp_path, [
-            "churn.kind=sessions", "churn.sessions=[[0,1,2],[3]]", "churn.rounds_per_session=1",
-            "strategy.sampler.min_clients=2", "churn.on_too_few=fail",
-        ])
+        _run(
+            tmp_path,
+            [
+                "churn.kind=sessions",
+                "churn.sessions=[[0,1,2],[3]]",
+                "churn.rounds_per_session=1",
+                "strategy.sampler.min_clients=2",
+                "churn.on_too_few=fail",
+            ],
+        )
 
 
 def test_skipped_round_keeps_the_model(tmp_path):
-    churn = ["churn.kind=sessions", "churn.sessions=[[0,1,2],[3]]", "churn.rounds_per_session=1",
-             "strategy.sampler.min_clients=2"]
+    churn = [
+        "churn.kind=sessions",
+        "churn.sessions=[[0,1,2],[3]]",
+        "churn.rounds_per_session=1",
+        "strategy.sampler.min_clients=2",
+    ]
     result, rows, _ = _run(tmp_path, ["rounds=2", *churn])
     assert rows[1]["skipped"]
     first = _run(tmp_path / "b", ["rounds=1", *churn])[0]

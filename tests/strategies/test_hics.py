@@ -63,10 +63,12 @@ def _global():
 
 
 def _update(client, db, n=10, dw=None):
-    arrays = OrderedDict([
-        (WEIGHT, np.asarray(dw if dw is not None else np.zeros((C, 3)), dtype=np.float32)),
-        (BIAS, np.asarray(db, dtype=np.float32)),
-    ])
+    arrays = OrderedDict(
+        [
+            (WEIGHT, np.asarray(dw if dw is not None else np.zeros((C, 3)), dtype=np.float32)),
+            (BIAS, np.asarray(db, dtype=np.float32)),
+        ]
+    )
     return ClientUpdate(client=client, num_examples=n, arrays=arrays)
 
 
@@ -304,7 +306,9 @@ def test_round_metrics_report_the_rule_and_the_estimates_once():
     sampler.observe(1, [_update(int(picks[0]), dbs[int(picks[0])])], _global())
     m = sampler.round_metrics()
     assert m["hics_rule"] == "warmup"
-    assert m["hics_entropy"] == {str(int(picks[0])): pytest.approx(float(estimate_entropy(dbs[int(picks[0])], 1.0)), abs=1e-5)}
+    assert m["hics_entropy"] == {
+        str(int(picks[0])): pytest.approx(float(estimate_entropy(dbs[int(picks[0])], 1.0)), abs=1e-5)
+    }
     assert sampler.round_metrics() == {}  # read once
     for t in (2, 3, 4):
         c = int(sampler.sample(t, np.arange(4), 1)[0])
@@ -351,8 +355,12 @@ def test_authors_variant_estimates_from_weight_row_means_and_freezes():
 def test_authors_variant_falls_back_to_clustered_sampling_when_estimates_spread():
     # estimates ln 4 and 0: variance > 0.1 -> one client per Algorithm 2 distribution
     sampler = _hics(n=4, k=2, variant="authors")
-    dws = {0: np.zeros((C, 3)), 1: np.zeros((C, 3)), 2: 50 * np.outer(np.eye(C)[0], np.ones(3)),
-           3: 50 * np.outer(np.eye(C)[1], np.ones(3))}
+    dws = {
+        0: np.zeros((C, 3)),
+        1: np.zeros((C, 3)),
+        2: 50 * np.outer(np.eye(C)[0], np.ones(3)),
+        3: 50 * np.outer(np.eye(C)[1], np.ones(3)),
+    }
     for t in (1, 2):
         picks = sampler.sample(t, np.arange(4), 2)
         sampler.observe(t, [_update(int(c), np.zeros(C), dw=dws[int(c)]) for c in picks], _global())
@@ -533,7 +541,10 @@ def test_estimated_entropy_ranks_real_fmnist_clients_like_their_label_entropy():
     data = load_dataset(DatasetConfig(name="fmnist", download=False), 50, 0)
     part = make_partition(
         PartitionConfig(scheme="mixed-dirichlet", alphas=[0.001, 0.002, 0.005, 0.01, 0.2]),
-        data.train.y.numpy(), 50, 10, seed=0,
+        data.train.y.numpy(),
+        50,
+        10,
+        seed=0,
     )
     clients = [c for c in range(50) if part.sizes[c] >= 192][::2]
     torch.manual_seed(0)
@@ -588,11 +599,19 @@ def test_sampler_runs_three_rounds_through_the_real_client_app(tmp_path, isolate
     from strategies.server_app import run_server
 
     # Prepare: 6 clients, K = 2: hics warms up in rounds 1-3, pow-d queries every round
-    cfg = load_scenario(None, [
-        "num_clients=6", "rounds=3", "dataset.samples_per_client=30", "churn.kind=none",
-        f"strategy.sampler.name={sampler}", "strategy.sampler.clients_per_round=2",
-        "output.progress=off", "output.plots=false",
-    ])
+    cfg = load_scenario(
+        None,
+        [
+            "num_clients=6",
+            "rounds=3",
+            "dataset.samples_per_client=30",
+            "churn.kind=none",
+            f"strategy.sampler.name={sampler}",
+            "strategy.sampler.clients_per_round=2",
+            "output.progress=off",
+            "output.plots=false",
+        ],
+    )
     grid = LocalGrid(client_app, cfg.num_clients)
     # Execute
     run_server(grid, cfg, tmp_path / "out")

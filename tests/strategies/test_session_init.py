@@ -68,15 +68,21 @@ def _run_sessions(init, ctx, plan):
 
 
 def test_session_aware_pilot_then_weights_from_gradient_distance():
-    init = SessionAwareInitializer(pilot_sessions=1, gradient_rounds=1, similarity_scale=np.log(2), clients_per_round=10)
+    init = SessionAwareInitializer(
+        pilot_sessions=1, gradient_rounds=1, similarity_scale=np.log(2), clients_per_round=10
+    )
     ctx = FakeCtx()
     init.bind(ctx)
-    starts = _run_sessions(init, ctx, [
-        (0, [0, 1], [0, 0], [1.0, 1.0]),   # pilot session: no gradient round, keeps the model
-        (1, [2, 3], [1, 0], [5.0, 5.0]),   # G1 = (1, 0); no history yet: keeps the model
-        (2, [0, 1], [0, 1], [7.0, 7.0]),   # G2 = (0, 1); history [(w1, G1)]: starts from w1
-        (3, [2, 3], [1, 0], [0.0, 0.0]),   # G3 = (1, 0): d = (0, sqrt 2) -> weights 2^0, 2^-sqrt2
-    ])
+    starts = _run_sessions(
+        init,
+        ctx,
+        [
+            (0, [0, 1], [0, 0], [1.0, 1.0]),  # pilot session: no gradient round, keeps the model
+            (1, [2, 3], [1, 0], [5.0, 5.0]),  # G1 = (1, 0); no history yet: keeps the model
+            (2, [0, 1], [0, 1], [7.0, 7.0]),  # G2 = (0, 1); history [(w1, G1)]: starts from w1
+            (3, [2, 3], [1, 0], [0.0, 0.0]),  # G3 = (1, 0): d = (0, sqrt 2) -> weights 2^0, 2^-sqrt2
+        ],
+    )
     assert starts[0] is None and starts[1] is None
     np.testing.assert_allclose(starts[2]["w"], [5.0, 5.0])
     a = np.array([1.0, 2 ** -np.sqrt(2)])
@@ -117,7 +123,9 @@ def test_gradient_round_clients_are_drawn_from_the_online_set():
 
 def test_average_starts_from_the_mean_of_earlier_last_models():
     init = AverageInitializer()
-    starts = _run_sessions(init, FakeCtx(), [(0, [0], [0, 0], [2.0, 0.0]), (1, [1], [0, 0], [4.0, 2.0]), (2, [0], [0, 0], [0.0, 0.0])])
+    starts = _run_sessions(
+        init, FakeCtx(), [(0, [0], [0, 0], [2.0, 0.0]), (1, [1], [0, 0], [4.0, 2.0]), (2, [0], [0, 0], [0.0, 0.0])]
+    )
     assert starts[0] is None
     np.testing.assert_allclose(starts[1]["w"], [2.0, 0.0])
     np.testing.assert_allclose(starts[2]["w"], [3.0, 1.0])
@@ -141,15 +149,25 @@ def isolated(tmp_path, monkeypatch):
 
 
 ALTERNATING = [
-    "num_clients=4", "rounds=6", "dataset.samples_per_client=30", "output.progress=off", "output.plots=false",
-    "churn.kind=sessions", "churn.sessions=[[0,1],[2,3]]", "churn.rounds_per_session=2",
-    "strategy.sampler.clients_per_round=2", "evaluation.online_labels=true", "evaluation.transition_window=2",
+    "num_clients=4",
+    "rounds=6",
+    "dataset.samples_per_client=30",
+    "output.progress=off",
+    "output.plots=false",
+    "churn.kind=sessions",
+    "churn.sessions=[[0,1],[2,3]]",
+    "churn.rounds_per_session=2",
+    "strategy.sampler.clients_per_round=2",
+    "evaluation.online_labels=true",
+    "evaluation.transition_window=2",
 ]
 
 
 @pytest.mark.parametrize("rule", ["sgd", "scaffold"])
 def test_session_aware_runs_logged_gradient_rounds(isolated, rule):
-    cfg = load_scenario(None, ALTERNATING + ["strategy.initializer.name=session-aware", f"strategy.local_rule.name={rule}"])
+    cfg = load_scenario(
+        None, ALTERNATING + ["strategy.initializer.name=session-aware", f"strategy.local_rule.name={rule}"]
+    )
     run_server(LocalGrid(client_app, 4), cfg, isolated / "out")
     rows = read_metrics(isolated / "out")
     init_rows = [r for r in rows if r["phase"] == "session-init"]
