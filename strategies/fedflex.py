@@ -1,13 +1,22 @@
 """FedFlex: one Flower strategy assembled from a sampler, an aggregator, an initializer
 and a local rule, for federations whose clients come and go.
 
-It is a :class:`flwr.serverapp.strategy.FedAvg` subclass: ``configure_train`` decides
-who is online (churn schedule in simulation, live nodes in a deployment -- the same code
-path), moves the session counter, lets the initializer replace the model at a session
-start and the sampler pick the clients; ``aggregate_train`` validates the replies and
-hands them to the aggregator. ``start`` runs the rounds like Flower's and additionally
-reports one record per round (the results contract of fedflex) and evaluates the global
-model at a cadence.
+A :class:`flwr.serverapp.strategy.Strategy`. :meth:`FedFlex.run_round` reads one round
+top to bottom:
+
+1. who is online (churn schedule in simulation, live nodes in a deployment -- the same
+   code path);
+2. whether a session starts (the tracker), and then the initializer's model;
+3. who trains (the sampler);
+4. their train messages (the model, the parts' payloads and config entries);
+5. local training (``grid.send_and_receive``);
+6. the replies checked (:func:`check_reply`), observed by the parts, aggregated;
+7. the initializer's end-of-round hook;
+8. the server-side evaluation, at the scenario's cadence.
+
+:meth:`FedFlex.start` loops over rounds and hands each round's record (one line of
+metrics.jsonl) to the caller's observers. ``configure_train`` / ``aggregate_train`` are
+thin adapters over the same steps for Flower's own ``Strategy.start``.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAvg, Result
+from flwr.serverapp.strategy import Result, Strategy
 
 from fedflex import keys
 from fedflex.arrays import numpy_to_record, record_to_numpy
@@ -113,8 +122,8 @@ def check_reply(
     return ClientUpdate(client=-1, num_examples=int(n), arrays=arrays, metrics=metrics, extras=extras), ""
 
 
-class FedFlex(FedAvg):
-    """A FedAvg-shaped strategy made of parts.
+class FedFlex(Strategy):
+    """A Flower strategy made of parts; :meth:`run_round` reads one round top to bottom.
 
     Parameters
     ----------
@@ -151,15 +160,6 @@ class FedFlex(FedAvg):
         local_rule: str = "sgd",
         query_timeout: float = 60.0,
     ) -> None:
-        super().__init__(
-            fraction_train=1.0,
-            min_train_nodes=min_clients,
-            min_available_nodes=min_clients,
-            arrayrecord_key=keys.ARRAYS,
-            configrecord_key=keys.CONFIG,
-        )
-        # evaluation is server-side (evaluate_fn); no federated evaluation rounds
-        self.fraction_evaluate, self.min_evaluate_nodes = 0.0, 0
         self.sampler = sampler
         self.aggregator = aggregator
         self.initializer = initializer
@@ -173,15 +173,15 @@ class FedFlex(FedAvg):
         self.local_rule = local_rule
         self.nodes = NodeDirectory(num_clients, query_timeout=query_timeout)
         self.global_arrays: "OrderedDict[str, np.ndarray]" = OrderedDict()
-        self.record: Optional[RoundRecord] = None
-        self.round_arrays: Optional[ArrayRecord] = None
+        self.record: Optional[RoundRecord] = None  # the last round's (read by observers)
         self.sizes: dict[int, int] = {}
+        self._record_cache: tuple[Any, Optional[ArrayRecord]] = (None, None)  # (global_arrays, its record)
         # set by start(): what the extra rounds of parts need
         self._grid: Optional[Grid] = None
         self._timeout: float = 3600.0
         self._config: ConfigRecord = ConfigRecord()
         self._on_round: Optional[Callable[[RoundRecord], None]] = None
-        self._dst_of: dict[str, int] = {}  # message id -> node id of the last messages sent
+        self._flower_round: Optional[RoundRecord] = None  # Flower's configure -> aggregate hand-off
         for part in self.parts:
             part.bind(self)
 
@@ -206,6 +206,75 @@ class FedFlex(FedAvg):
         churn = type(self.availability).__name__ if self.availability else "live nodes"
         log(INFO, "\t└──> online set: %s; min clients %d (%s below)", churn, self.min_clients, self.on_too_few)
 
+    # ------------------------------------------------------------------ one round
+    def run_round(
+        self,
+        server_round: int,
+        grid: Grid,
+        evaluate_fn: Optional[Callable[[RoundRecord, ArrayRecord], Optional[MetricRecord]]] = None,
+    ) -> RoundRecord:
+        """One round, top to bottom; returns its record (one line of metrics.jsonl)."""
+        t0 = time.perf_counter()
+        # 1. who is online; 2. a new session? (the initializer may replace the model)
+        record = self._begin(server_round, grid)
+        if not record.skipped:
+            # 3. who trains; 4. their messages (model, parts' payloads and config)
+            online = np.asarray(record.online, dtype=np.int64)
+            sampled = self.sampler.sample(server_round, online, self.clients_per_round)
+            record.sampled = sampled.tolist()
+            messages = self._train_messages(server_round, self._global_record(), sampled)
+            # 5. local training
+            replies = list(grid.send_and_receive(messages, timeout=self._timeout))
+            # 6. check the replies, aggregate
+            new = self._aggregate(server_round, replies, record, _destinations(messages))
+            if new is not None:
+                self.global_arrays = new
+        # 7. the initializer sees the round's model; 8. evaluate it
+        self.initializer.on_round_end(server_round, record.session, self.global_arrays)
+        if evaluate_fn is not None:
+            res = evaluate_fn(record, self._global_record())
+            if res is not None:
+                record.test_accuracy = float(res["test-accuracy"])
+                record.test_loss = float(res["test-loss"])
+                if "online-accuracy" in res:
+                    record.extra["online_accuracy"] = float(res["online-accuracy"])
+        record.wall_s = time.perf_counter() - t0
+        self.record = record
+        return record
+
+    def _begin(self, server_round: int, grid: Grid) -> RoundRecord:
+        """Steps 1-2: the online set, the session counter, the initializer's model at a
+        session start; the round is ``skipped`` with fewer than ``min_clients`` online."""
+        record = RoundRecord(round=server_round)
+        online = self.online_clients(server_round, grid)
+        record.online = online.tolist()
+        scripted = self.availability is not None and self.availability.starts_session(server_round)
+        record.session, record.session_started = self.tracker.update(server_round, online.tolist(), force=scripted)
+        if record.session_started and server_round > 1:
+            log(INFO, "session %d starts at round %d with %d clients", record.session, server_round, len(online))
+        if record.session_started and len(online) >= self.min_clients:
+            replacement = self.initializer.on_session_start(server_round, record.session, online, self.global_arrays)
+            if replacement is not None:
+                self.global_arrays = replacement
+                for part in self.parts:
+                    part.on_model_switch(server_round)
+        if len(online) < self.min_clients:
+            record.skipped = True
+            msg = f"round {server_round}: {len(online)} client(s) online, fewer than min_clients={self.min_clients}"
+            if self.on_too_few == "fail":
+                raise TooFewClientsError(msg)
+            log(WARNING, "%s: round skipped, model kept", msg)
+        return record
+
+    def _global_record(self) -> ArrayRecord:
+        """The global model as an ArrayRecord, converted once per model (all of a round's
+        messages share it)."""
+        arrays, record = self._record_cache
+        if record is None or arrays is not self.global_arrays:  # the cache holds the model: no id reuse
+            record = numpy_to_record(self.global_arrays)
+            self._record_cache = (self.global_arrays, record)
+        return record
+
     # ------------------------------------------------------------------ RoundContext
     def data_sizes(self) -> dict[int, int]:
         return self.sizes
@@ -218,16 +287,13 @@ class FedFlex(FedAvg):
             raise RuntimeError("train_round is only available while the strategy runs")
         t0 = time.perf_counter()
         record = RoundRecord(round=server_round, phase=phase, online=[int(c) for c in clients])
-        record.session = self.record.session if self.record is not None else 0
+        record.session = max(self.tracker.session, 0)
         record.sampled = [int(c) for c in clients]
         saved = self.global_arrays
         self.global_arrays = arrays
-        messages = self._train_messages(
-            server_round, numpy_to_record(arrays), clients, ConfigRecord(dict(self._config))
-        )
-        replies = self._grid.send_and_receive(messages, timeout=self._timeout)
-        self._dst_of = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
-        new = self._aggregate(server_round, replies, record)
+        messages = self._train_messages(server_round, numpy_to_record(arrays), clients)
+        replies = list(self._grid.send_and_receive(messages, timeout=self._timeout))
+        new = self._aggregate(server_round, replies, record, _destinations(messages))
         self.global_arrays = saved
         record.wall_s = time.perf_counter() - t0
         if self._on_round is not None:
@@ -264,11 +330,12 @@ class FedFlex(FedAvg):
             return live
         return np.intersect1d(self.availability.online(server_round), live).astype(np.int64)
 
-    # ------------------------------------------------------------------ train
-    def _train_messages(
-        self, server_round: int, arrays: ArrayRecord, clients: np.ndarray, config: ConfigRecord
-    ) -> list[Message]:
+    # ------------------------------------------------------------------ messages and replies
+    def _train_messages(self, server_round: int, arrays: ArrayRecord, clients: np.ndarray) -> list[Message]:
+        """One train message per client, all sharing one content: the model, the parts'
+        payloads and config entries, the scenario's train config and the round."""
         content = RecordDict({keys.ARRAYS: arrays})
+        config = ConfigRecord(dict(self._config))
         for part in self.parts:
             for name, payload in part.train_payload(server_round).items():
                 content[name] = numpy_to_record(payload)
@@ -282,46 +349,17 @@ class FedFlex(FedAvg):
             for node in self.nodes.nodes_of(clients)
         ]
 
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        record = self.record = RoundRecord(round=server_round)
-        if arrays is not self.round_arrays:  # not the record this strategy produced last round
-            self.global_arrays = record_to_numpy(arrays)
-        online = self.online_clients(server_round, grid)
-        record.online = online.tolist()
-        scripted = self.availability is not None and self.availability.starts_session(server_round)
-        record.session, record.session_started = self.tracker.update(server_round, online.tolist(), force=scripted)
-        if record.session_started and server_round > 1:
-            log(INFO, "session %d starts at round %d with %d clients", record.session, server_round, len(online))
-        if record.session_started and len(online) >= self.min_clients:
-            replacement = self.initializer.on_session_start(server_round, record.session, online, self.global_arrays)
-            if replacement is not None:
-                self.global_arrays = replacement
-                arrays = numpy_to_record(replacement)
-                for part in self.parts:
-                    part.on_model_switch(server_round)
-        self.round_arrays = arrays
-        if len(online) < self.min_clients:
-            record.skipped = True
-            msg = f"round {server_round}: {len(online)} client(s) online, fewer than min_clients={self.min_clients}"
-            if self.on_too_few == "fail":
-                raise TooFewClientsError(msg)
-            log(WARNING, "%s: round skipped, model kept", msg)
-            return []
-        sampled = self.sampler.sample(server_round, online, self.clients_per_round)
-        record.sampled = sampled.tolist()
-        return self._train_messages(server_round, arrays, sampled, config)
-
     def _aggregate(
-        self, server_round: int, replies: Iterable[Message], record: RoundRecord
+        self, server_round: int, replies: Iterable[Message], record: RoundRecord, dst_of: dict[str, int]
     ) -> Optional["OrderedDict[str, np.ndarray]"]:
-        """Validate replies, let the parts observe them, aggregate; fill ``record``."""
+        """Validate replies, let the parts observe them, aggregate; fill ``record``.
+        ``dst_of``: message id -> node id of the messages sent (error replies made by the
+        SuperLink come from node 1, not from the node that failed)."""
         updates: list[ClientUpdate] = []
         for reply in replies:
             node = reply.metadata.src_node_id
             if reply.has_error():  # errors made by the SuperLink (node gone) come from node 1
-                node = self._dst_of.get(reply.metadata.reply_to_message_id, node)
+                node = dst_of.get(reply.metadata.reply_to_message_id, node)
             client = self.nodes.client_of(node)
             if reply.has_error():
                 log(WARNING, "round %d: client %s (node %d) failed: %s", server_round, client, node, reply.error.reason)
@@ -368,19 +406,46 @@ class FedFlex(FedAvg):
         record.extra["e_lud"] = e_lud(self.global_arrays, [u.arrays for u in updates])  # every aggregator
         return new
 
+    # ------------------------------------------------------------------ Flower's Strategy API
+    # Thin adapters for Flower's own ``Strategy.start`` loop; fedflex's loop is :meth:`start`.
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Steps 1-4 of :meth:`run_round` for Flower's loop."""
+        if arrays is not self._global_record():
+            self.global_arrays = record_to_numpy(arrays)
+        self._grid, self._config = grid, ConfigRecord(dict(config))
+        record = self._flower_round = self._begin(server_round, grid)
+        if record.skipped:
+            return []
+        sampled = self.sampler.sample(server_round, np.asarray(record.online, dtype=np.int64), self.clients_per_round)
+        record.sampled = sampled.tolist()
+        return self._train_messages(server_round, self._global_record(), sampled)
+
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
-        record = self.record if self.record is not None else RoundRecord(round=server_round)
-        new = self._aggregate(server_round, replies, record)
+        """Step 6 of :meth:`run_round` for Flower's loop."""
+        record = self._flower_round if self._flower_round is not None else RoundRecord(round=server_round)
+        new = self._aggregate(server_round, replies, record, {})
+        self.initializer.on_round_end(server_round, record.session, new if new is not None else self.global_arrays)
+        self.record, self._flower_round = record, None
         if new is None:
             return None, None
         self.global_arrays = new
-        self.round_arrays = numpy_to_record(new)
         metrics = MetricRecord({keys.NUM_EXAMPLES: record.num_examples})
         if record.train_loss is not None:
             metrics[keys.TRAIN_LOSS] = record.train_loss
-        return self.round_arrays, metrics
+        return self._global_record(), metrics
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """No federated evaluation: fedflex evaluates the global model on the server."""
+        return []
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> Optional[MetricRecord]:
+        return None
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -398,7 +463,6 @@ class FedFlex(FedAvg):
             part.load_state_dict(state["parts"][type(part).__name__])
         self.tracker.load_state_dict(state["tracker"])
         self.sizes = {int(k): int(v) for k, v in state["sizes"].items()}
-        self.round_arrays = None
 
     # ------------------------------------------------------------------ loop
     def start(  # type: ignore[override]
@@ -408,19 +472,18 @@ class FedFlex(FedAvg):
         num_rounds: int = 3,
         timeout: float = 3600,
         train_config: Optional[ConfigRecord] = None,
-        evaluate_config: Optional[ConfigRecord] = None,
-        evaluate_fn: Optional[Callable[[int, ArrayRecord], Optional[MetricRecord]]] = None,
+        evaluate_fn: Optional[Callable[[RoundRecord, ArrayRecord], Optional[MetricRecord]]] = None,
         on_round: Optional[Callable[[RoundRecord], None]] = None,
         first_round: int = 1,
         after_round: Optional[Callable[[int], None]] = None,
         stop: Optional[Callable[[RoundRecord], bool]] = None,
     ) -> Result:
-        """Run rounds ``first_round..num_rounds``; call ``on_round`` with each round's record
-        (also with the records of extra rounds that parts run, ``phase`` != "train") and
-        then ``after_round(round)``. ``stop(record)`` returning True ends the run after that
-        round (``after_round`` still runs for it).
+        """Run rounds ``first_round..num_rounds`` (:meth:`run_round`); call ``on_round``
+        with each round's record (also with the records of extra rounds that parts run,
+        ``phase`` != "train") and then ``after_round(round)``. ``stop(record)`` returning
+        True ends the run after that round (``after_round`` still runs for it).
 
-        ``evaluate_fn(round, arrays)`` returns a MetricRecord with ``test-accuracy`` /
+        ``evaluate_fn(record, arrays)`` returns a MetricRecord with ``test-accuracy`` /
         ``test-loss`` (and optionally ``online-accuracy``) or None when the round is not
         evaluated.
         """
@@ -428,38 +491,31 @@ class FedFlex(FedAvg):
         self.summary()
         self._grid, self._timeout, self._on_round = grid, timeout, on_round
         self._config = train_config if train_config is not None else ConfigRecord()
+        if initial_arrays is not self._global_record():
+            self.global_arrays = record_to_numpy(initial_arrays)
         result = Result()
-        arrays = initial_arrays
-        result.arrays = arrays
         for server_round in range(first_round, num_rounds + 1):
-            t0 = time.perf_counter()
-            messages = list(self.configure_train(server_round, arrays, ConfigRecord(dict(self._config)), grid))
-            arrays = self.round_arrays  # the initializer may have replaced the model
-            replies = grid.send_and_receive(messages, timeout=timeout) if messages else []
-            self._dst_of = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
-            new, metrics = self.aggregate_train(server_round, replies)
-            if new is not None:
-                arrays = new
-            if metrics is not None:
+            record = self.run_round(server_round, grid, evaluate_fn)
+            if record.num_examples:
+                metrics = MetricRecord({keys.NUM_EXAMPLES: record.num_examples})
+                if record.train_loss is not None:
+                    metrics[keys.TRAIN_LOSS] = record.train_loss
                 result.train_metrics_clientapp[server_round] = metrics
-            record = self.record
-            assert record is not None  # set by configure_train
-            self.initializer.on_round_end(server_round, record.session, self.global_arrays)
-            if evaluate_fn is not None:
-                res = evaluate_fn(server_round, arrays)
-                if res is not None:
-                    result.evaluate_metrics_serverapp[server_round] = res
-                    record.test_accuracy = float(res["test-accuracy"])
-                    record.test_loss = float(res["test-loss"])
-                    if "online-accuracy" in res:
-                        record.extra["online_accuracy"] = float(res["online-accuracy"])
-            record.wall_s = time.perf_counter() - t0
-            result.arrays = arrays
+            if record.test_accuracy is not None:
+                result.evaluate_metrics_serverapp[server_round] = MetricRecord(
+                    {"test-accuracy": record.test_accuracy, "test-loss": record.test_loss}
+                )
             if on_round is not None:
                 on_round(record)
             if after_round is not None:  # e.g. a checkpoint: after the round's record is written
                 after_round(server_round)
             if stop is not None and stop(record):
                 break
+        result.arrays = self._global_record()
         self._grid = None
         return result
+
+
+def _destinations(messages: list[Message]) -> dict[str, int]:
+    """Message id -> destination node id (ids are set once the grid has sent them)."""
+    return {m.metadata.message_id: m.metadata.dst_node_id for m in messages}

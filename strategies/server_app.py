@@ -214,14 +214,15 @@ def run_server(
 
     online_rows = OnlineLabelRows(test.y, partition.client_labels) if cfg.evaluation.online_labels else None
 
-    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> Optional[MetricRecord]:
+    def evaluate_fn(record, arrays: ArrayRecord) -> Optional[MetricRecord]:
+        server_round = record.round
         if server_round % every and server_round != last:
             return None
         model.load_state_dict(arrays.to_torch_state_dict())
         loss, acc, _ = evaluate(model, test, batch_size=cfg.evaluation.batch_size, loss=cfg.model.loss)
         metrics = MetricRecord({"test-loss": loss, "test-accuracy": acc})
-        if online_rows is not None and strategy.record is not None:
-            rows = online_rows(strategy.record.online)
+        if online_rows is not None:
+            rows = online_rows(record.online)
             if len(rows):
                 _, online_acc, _ = evaluate(
                     model, test, rows, batch_size=cfg.evaluation.batch_size, loss=cfg.model.loss
