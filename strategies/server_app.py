@@ -132,7 +132,8 @@ def load_checkpoint(out_dir: Path) -> dict:
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such file") from None
     except Exception as exc:  # truncated / random bytes raise many types
-        raise CheckpointError(f"{path} is damaged ({type(exc).__name__}: {exc}); it cannot be resumed") from None
+        reason = " ".join(str(exc).split())  # one line, whatever the unpickler says
+        raise CheckpointError(f"{path} is damaged ({type(exc).__name__}: {reason}); it cannot be resumed") from None
     if not isinstance(checkpoint, dict) or not {"round", "strategy"} <= set(checkpoint):
         raise CheckpointError(f"{path} is not a fedflex checkpoint; it cannot be resumed")
     return checkpoint
