@@ -16,28 +16,27 @@ import logging
 import os
 import pickle
 import shlex
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Result
 
-from fedflex import interrupts, keys
+from fedflex import keys
 from fedflex.arrays import numpy_to_record
 from fedflex.churn import make_availability
 from fedflex.config import ScenarioConfig, load_scenario, to_yaml
 from fedflex.data import FederatedData, load_dataset
-from fedflex.evaluation import evaluate
 from fedflex.models import build_model, output_bias_key
 from fedflex.partition import partition_data
 from fedflex.progress import Progress
 from fedflex.results import RunRecorder, default_out_dir, summarize, transition_summary
 from strategies.build import ModelInfo, build_strategy
+from strategies.observers import Checkpointer, RowWriter, RunClock, StopRules, TestSetEvaluation
 
 logger = logging.getLogger(__name__)
 
@@ -80,23 +79,6 @@ def initial_model(cfg: ScenarioConfig, input_shape: tuple[int, ...], num_classes
     """The round-0 global model, seeded by the scenario."""
     torch.manual_seed(cfg.seed)
     return build_model(cfg.model, input_shape, num_classes)
-
-
-class OnlineLabelRows:
-    """Test rows whose label some online client holds (cached per online set)."""
-
-    def __init__(self, test_labels: torch.Tensor, client_labels: list[frozenset[int]]) -> None:
-        self.test_labels = test_labels
-        self.client_labels = client_labels
-        self._cache: dict[tuple[int, ...], torch.Tensor] = {}
-
-    def __call__(self, online: list[int]) -> torch.Tensor:
-        key = tuple(online)
-        if key not in self._cache:
-            labels = sorted(set().union(*(self.client_labels[c] for c in online))) if online else []
-            mask = torch.isin(self.test_labels, torch.tensor(labels, dtype=self.test_labels.dtype))
-            self._cache = {key: torch.nonzero(mask).flatten().to(self.test_labels.device)}
-        return self._cache[key]
 
 
 CHECKPOINT_FILE = "checkpoint.pkl"
@@ -158,23 +140,6 @@ def _with_trace_copy(cfg: ScenarioConfig, out_dir: Path) -> ScenarioConfig:
     return dataclasses.replace(cfg, churn=dataclasses.replace(cfg.churn, trace=TRACE_FILE))
 
 
-def divergence_cause(record, global_arrays) -> Optional[str]:
-    """Why the run has diverged after ``record``'s round (None: it has not).
-
-    Diverged: every reply of the round was rejected for NaN / Inf values, the global
-    model holds NaN / Inf, or the test loss is not finite.
-    """
-    nonfinite = int(record.extra.get("rejected_nonfinite", 0))
-    if nonfinite and not record.sampled:
-        return f"all {nonfinite} repl{'y' if nonfinite == 1 else 'ies'} had NaN or Inf values (local training diverged)"
-    bad = [k for k, a in global_arrays.items() if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a))]
-    if bad:
-        return f"the global model has NaN or Inf values ({', '.join(bad[:3])})"
-    if record.test_loss is not None and not np.isfinite(record.test_loss):
-        return f"the test loss is {record.test_loss}"
-    return None
-
-
 def run_server(
     grid: Grid,
     cfg: ScenarioConfig,
@@ -190,7 +155,7 @@ def run_server(
     up to its round. ``wrap_grid(grid, client_of)``: a Grid to use instead of ``grid``,
     given the node id -> client id lookup (the runner's cohort messages on Ray).
     """
-    t_start = time.perf_counter()
+    clock = RunClock(resume.get("run_wall_s", 0.0) if resume is not None else 0.0)
     if type(grid).__name__ == "InMemoryGrid":
         # Flower's simulation grid polls for replies every 0.1 s; a round of small models
         # then waits ~0.05 s for nothing. Polling the in-memory state is cheap.
@@ -210,79 +175,23 @@ def run_server(
         strategy.load_state_dict(resume["strategy"])
         initial = numpy_to_record(strategy.global_arrays)
         first_round = int(resume["round"]) + 1
-    test = data.test
-    every, last = cfg.evaluation.every, cfg.rounds
-
-    online_rows = OnlineLabelRows(test.y, partition.client_labels) if cfg.evaluation.online_labels else None
-
-    def evaluate_fn(record, arrays: ArrayRecord) -> Optional[MetricRecord]:
-        server_round = record.round
-        if server_round % every and server_round != last:
-            return None
-        model.load_state_dict(arrays.to_torch_state_dict())
-        loss, acc, _ = evaluate(model, test, batch_size=cfg.evaluation.batch_size, loss=cfg.model.loss)
-        metrics = MetricRecord({"test-loss": loss, "test-accuracy": acc})
-        if online_rows is not None:
-            rows = online_rows(record.online)
-            if len(rows):
-                _, online_acc, _ = evaluate(
-                    model, test, rows, batch_size=cfg.evaluation.batch_size, loss=cfg.model.loss
-                )
-                metrics["online-accuracy"] = online_acc
-        return metrics
-
     recorder = None
     if out_dir is not None:
         saved = _with_trace_copy(cfg, Path(out_dir))
         recorder = RunRecorder(out_dir, to_yaml(saved), keep_until=first_round - 1 if resume is not None else None)
     progress = Progress(cfg.rounds, cfg.output.progress, initial=first_round - 1)
-    every_k = cfg.output.checkpoint_every
-    target = cfg.evaluation.stop_at_accuracy
-
-    def reached(record) -> bool:
-        return bool(target) and record.test_accuracy is not None and record.test_accuracy >= target
-
-    def after_round(server_round: int) -> None:
-        final = server_round == last or (strategy.record is not None and reached(strategy.record))
-        stopping = interrupts.requested() is not None  # saved even with checkpoint_every 0: resumable
-        if out_dir is not None and ((every_k and (server_round % every_k == 0 or final)) or stopping):
-            wall = extra.get("previous_wall_s", 0.0) + time.perf_counter() - t_start
-            save_checkpoint(out_dir, server_round, strategy, run_wall_s=wall)
-
-    def stop(record) -> bool:
-        if cfg.evaluation.stop_on_divergence:
-            cause = divergence_cause(record, strategy.global_arrays)
-            if cause is not None:
-                extra.update(status="diverged", diverged_round=record.round, divergence=cause)
-                logger.error(
-                    "round %d: the run diverged: %s; likely cause: client.lr = %g is too large for this model "
-                    "(or the server step: strategy.aggregator.server_lr); stopping",
-                    record.round,
-                    cause,
-                    cfg.client.lr,
-                )
-                return True
-        signum = interrupts.requested()
-        if signum is not None:
-            extra.update(status="interrupted", interrupted_by=interrupts.signal_name(signum))
-            return True
-        if reached(record):
-            extra["stopped_early"] = True
-            logger.info(
-                "Round %d reached test accuracy %.4f >= %.4f: stopping", record.round, record.test_accuracy, target
-            )
-            return True
-        return False
-
-    def on_round(record) -> None:
-        row = record.to_json()
-        if recorder is not None:
-            recorder.log_round(row)
-        progress.update(row)
-
+    stops = StopRules(cfg, lambda: strategy.global_arrays)
+    checkpoints = None
+    if out_dir is not None:
+        checkpoints = Checkpointer(
+            lambda r, wall: save_checkpoint(out_dir, r, strategy, run_wall_s=wall),
+            cfg.output.checkpoint_every,
+            cfg.rounds,
+            stops,
+            lambda: strategy.record,
+            clock,
+        )
     extra: dict[str, Any] = {"status": "failed"}
-    if resume is not None:
-        extra["previous_wall_s"] = float(resume.get("run_wall_s", 0.0))
     # Flower's simulation registers its nodes while the ServerApp already runs: wait for
     # all of them; a deployment waits for deployment.wait_for_nodes SuperNodes (bounded)
     simulated = type(grid).__name__ == "InMemoryGrid"
@@ -298,19 +207,19 @@ def run_server(
             num_rounds=cfg.rounds,
             timeout=cfg.deployment.round_timeout or cfg.simulation.timeout,
             train_config=train_config(cfg),
-            evaluate_fn=evaluate_fn,
-            on_round=on_round,
+            evaluate_fn=TestSetEvaluation(cfg, model, data.test, partition.client_labels),
+            on_round=RowWriter(recorder, progress),
             first_round=first_round,
-            after_round=after_round,
-            stop=stop,
+            after_round=checkpoints,
+            stop=stops,
         )
         if out_dir is not None:
             np.savez(Path(out_dir) / MODEL_FILE, **strategy.global_arrays)
-        if extra["status"] == "failed":  # not interrupted, not diverged
-            extra["status"] = "completed"
+        extra["status"] = "completed"  # unless a stop rule says otherwise (below)
         return result
     finally:
         progress.close()
+        extra.update(stops.fields)
         if recorder is not None:
             extra.update(
                 {
@@ -323,7 +232,7 @@ def run_server(
                         "initializer": strategy.initializer.summary(),
                         "local_rule": strategy.local_rule,
                     },
-                    "run_wall_s": extra.pop("previous_wall_s", 0.0) + time.perf_counter() - t_start,
+                    "run_wall_s": clock.total(),
                     "label_entropy_mean": float(np.mean(partition.entropies())),
                 }
             )

@@ -1,0 +1,196 @@
+"""What a run does around its rounds, as small objects the ServerApp wires together.
+
+:meth:`strategies.fedflex.FedFlex.start` calls, for every round, ``evaluate_fn(record,
+arrays)`` inside the round, then ``on_round(record)``, ``after_round(round)`` and
+``stop(record)``. These are:
+
+- :class:`TestSetEvaluation`: the global model on the test set at the scenario's cadence
+  (and on the online clients' labels when asked);
+- :class:`RowWriter`: the round's row into metrics.jsonl and the progress display;
+- :class:`StopRules`: divergence, a signal, a target accuracy; the first that fires ends
+  the run and says what summary.json records about it;
+- :class:`Checkpointer`: the server state every ``checkpoint_every`` rounds, after the
+  last round, and when a stop rule leaves a resumable run;
+- :class:`RunClock`: the run's wall time, summed over resumes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, MetricRecord
+
+from fedflex import interrupts
+from fedflex.config import ScenarioConfig
+from fedflex.data import ArrayDataset
+from fedflex.evaluation import evaluate
+
+logger = logging.getLogger(__name__)
+
+
+class RunClock:
+    """Seconds since this process started the run, plus those of earlier runs it resumes."""
+
+    def __init__(self, previous: float = 0.0) -> None:
+        self.previous = float(previous)
+        self.t0 = time.perf_counter()
+
+    def total(self) -> float:
+        return self.previous + time.perf_counter() - self.t0
+
+
+class OnlineLabelRows:
+    """Test rows whose label some online client holds (cached per online set)."""
+
+    def __init__(self, test_labels: torch.Tensor, client_labels: list[frozenset[int]]) -> None:
+        self.test_labels = test_labels
+        self.client_labels = client_labels
+        self._cache: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def __call__(self, online: list[int]) -> torch.Tensor:
+        key = tuple(online)
+        if key not in self._cache:
+            labels = sorted(set().union(*(self.client_labels[c] for c in online))) if online else []
+            mask = torch.isin(self.test_labels, torch.tensor(labels, dtype=self.test_labels.dtype))
+            self._cache = {key: torch.nonzero(mask).flatten().to(self.test_labels.device)}
+        return self._cache[key]
+
+
+class TestSetEvaluation:
+    """``evaluate_fn``: test loss and accuracy every ``evaluation.every`` rounds and after
+    the last one; ``online-accuracy`` too with ``evaluation.online_labels``."""
+
+    def __init__(
+        self, cfg: ScenarioConfig, model: torch.nn.Module, test: ArrayDataset, client_labels: list[frozenset[int]]
+    ) -> None:
+        self.model, self.test = model, test
+        self.every, self.last = cfg.evaluation.every, cfg.rounds
+        self.batch_size, self.loss = cfg.evaluation.batch_size, cfg.model.loss
+        self.online_rows = OnlineLabelRows(test.y, client_labels) if cfg.evaluation.online_labels else None
+
+    def __call__(self, record, arrays: ArrayRecord) -> Optional[MetricRecord]:
+        if record.round % self.every and record.round != self.last:
+            return None
+        self.model.load_state_dict(arrays.to_torch_state_dict())
+        loss, acc, _ = evaluate(self.model, self.test, batch_size=self.batch_size, loss=self.loss)
+        metrics = MetricRecord({"test-loss": loss, "test-accuracy": acc})
+        if self.online_rows is not None:
+            rows = self.online_rows(record.online)
+            if len(rows):
+                _, online_acc, _ = evaluate(self.model, self.test, rows, batch_size=self.batch_size, loss=self.loss)
+                metrics["online-accuracy"] = online_acc
+        return metrics
+
+
+class RowWriter:
+    """``on_round``: every record (extra rounds of parts included) to metrics.jsonl and
+    to the progress display."""
+
+    def __init__(self, recorder, progress) -> None:
+        self.recorder, self.progress = recorder, progress
+
+    def __call__(self, record) -> None:
+        row = record.to_json()
+        if self.recorder is not None:
+            self.recorder.log_round(row)
+        self.progress.update(row)
+
+
+def divergence_cause(record, global_arrays) -> Optional[str]:
+    """Why the run has diverged after ``record``'s round (None: it has not).
+
+    Diverged: every reply of the round was rejected for NaN / Inf values, the global
+    model holds NaN / Inf, or the test loss is not finite.
+    """
+    nonfinite = int(record.extra.get("rejected_nonfinite", 0))
+    if nonfinite and not record.sampled:
+        return f"all {nonfinite} repl{'y' if nonfinite == 1 else 'ies'} had NaN or Inf values (local training diverged)"
+    bad = [k for k, a in global_arrays.items() if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a))]
+    if bad:
+        return f"the global model has NaN or Inf values ({', '.join(bad[:3])})"
+    if record.test_loss is not None and not np.isfinite(record.test_loss):
+        return f"the test loss is {record.test_loss}"
+    return None
+
+
+class StopRules:
+    """``stop``: the first rule that fires ends the run after the round.
+
+    In order: divergence (``evaluation.stop_on_divergence``: ``status: diverged``), a
+    signal (``status: interrupted``, resumable), the target accuracy
+    (``evaluation.stop_at_accuracy``: ``stopped_early``). :attr:`fields` collects what
+    summary.json records; the decision for a round is made once (the checkpointer and
+    the loop ask the same question).
+    """
+
+    def __init__(self, cfg: ScenarioConfig, global_arrays: Callable[[], Any]) -> None:
+        self.cfg = cfg
+        self.global_arrays = global_arrays
+        self.fields: dict[str, Any] = {}
+        self._decided: dict[int, tuple[bool, bool]] = {}  # round -> (stop, resumable)
+
+    def decide(self, record) -> tuple[bool, bool]:
+        """``(stop, resumable)`` for ``record``'s round."""
+        if record.round not in self._decided:
+            self._decided = {record.round: self._rules(record)}
+        return self._decided[record.round]
+
+    def __call__(self, record) -> bool:
+        return self.decide(record)[0]
+
+    def _rules(self, record) -> tuple[bool, bool]:
+        cfg = self.cfg
+        if cfg.evaluation.stop_on_divergence:
+            cause = divergence_cause(record, self.global_arrays())
+            if cause is not None:
+                self.fields.update(status="diverged", diverged_round=record.round, divergence=cause)
+                logger.error(
+                    "round %d: the run diverged: %s; likely cause: client.lr = %g is too large for this model "
+                    "(or the server step: strategy.aggregator.server_lr); stopping",
+                    record.round,
+                    cause,
+                    cfg.client.lr,
+                )
+                return True, False
+        signum = interrupts.requested()
+        if signum is not None:
+            self.fields.update(status="interrupted", interrupted_by=interrupts.signal_name(signum))
+            return True, True
+        target = cfg.evaluation.stop_at_accuracy
+        if target and record.test_accuracy is not None and record.test_accuracy >= target:
+            self.fields["stopped_early"] = True
+            logger.info(
+                "Round %d reached test accuracy %.4f >= %.4f: stopping", record.round, record.test_accuracy, target
+            )
+            return True, True
+        return False, False
+
+
+class Checkpointer:
+    """``after_round``: the server state every ``every`` rounds (0: never), after the
+    last round, and after a round a stop rule ends resumably (a signal: even with
+    ``every`` 0, so that the run can be resumed)."""
+
+    def __init__(
+        self,
+        save: Callable[[int, float], None],
+        every: int,
+        last: int,
+        stops: StopRules,
+        last_record: Callable[[], Any],
+        clock: RunClock,
+    ) -> None:
+        self.save, self.every, self.last = save, every, last
+        self.stops, self.last_record, self.clock = stops, last_record, clock
+
+    def __call__(self, server_round: int) -> None:
+        record = self.last_record()
+        stop, resumable = self.stops.decide(record) if record is not None else (False, False)
+        signalled = resumable and interrupts.requested() is not None
+        final = server_round == self.last or (stop and resumable)
+        if (self.every and (server_round % self.every == 0 or final)) or signalled:
+            self.save(server_round, self.clock.total())
