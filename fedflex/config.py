@@ -533,10 +533,14 @@ class SimulationConfig:
     start-up and messaging dominate).
 
     ``vectorize``: train the clients of a round as batched cohorts
-    (:mod:`clients.cohort`): ``auto`` times a few steps both ways on the first round and
-    keeps the faster (logged), ``on`` always where the rule and model allow it, ``off``
-    one client at a time. Results agree to float rounding, not bit for bit: pin ``on`` or
-    ``off`` when runs must repeat to the last bit across machines. BHerd / GraB rounds and
+    (:mod:`clients.cohort`): ``auto`` times a step both ways once and predicts every round
+    the faster way (logged), ``on`` always where the rule and model allow it, ``off``
+    (default) one client at a time. Cohorts agree with one-by-one training to float
+    rounding, not bit for bit, so ``auto``'s timing-based choice makes a run repeat only
+    to float rounding (a resumed run too); ``on`` and ``off`` repeat bit for bit (with
+    ``cohort_size`` set when memory is tight: the chunking follows free memory). ``off``
+    is the default so that a run is reproducible from its config and seed; choose
+    ``auto`` for speed, ``on`` on a GPU. BHerd / GraB rounds and
     BatchNorm models always train one client at a time. ``cohort_size``: most clients per
     batched computation (0: as many as fit half the device's free memory).
     On the ``ray`` backend a round's clients travel as one cohort message per Ray worker
@@ -551,7 +555,7 @@ class SimulationConfig:
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     timeout: float = 3600.0
-    vectorize: str = "auto"
+    vectorize: str = "off"
     cohort_size: int = 0
     ray_address: Optional[str] = None
 

@@ -39,11 +39,20 @@ def _env(tmp_path):
 
 
 @pytest.mark.slow
-def test_killed_and_resumed_run_ends_with_the_uninterrupted_model(tmp_path):
+@pytest.mark.parametrize("vectorize", ["off", "on"])  # one client at a time, and cohorts
+def test_killed_and_resumed_run_ends_with_the_uninterrupted_model(tmp_path, vectorize):
     env = _env(tmp_path)
-    subprocess.run(_cmd(tmp_path / "full"), check=True, cwd=ROOT, env=env, capture_output=True)
+    subprocess.run(
+        _cmd(tmp_path / "full", f"simulation.vectorize={vectorize}"), check=True, cwd=ROOT, env=env, capture_output=True
+    )
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(_cmd(killed), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        _cmd(killed, f"simulation.vectorize={vectorize}"),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     metrics = killed / "metrics.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline:
