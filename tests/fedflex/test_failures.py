@@ -152,22 +152,13 @@ def test_second_interrupt_exits_at_once(tmp_path):
 
 
 # ---------------------------------------------------------------------------- divergence
+DIVERGING = ["model.name=mlp", "client.lr=1e6", *FAST]  # overflows within a few rounds
+
+
 def test_divergence_stops_the_run_with_its_own_status(tmp_path, capsys):
     # Prepare: an mlp with lr 1e6 overflows within a few rounds
     out = tmp_path / "out"
-    code = main(
-        [
-            "run",
-            str(QUICKSTART),
-            "model.name=mlp",
-            "client.lr=1e6",
-            "rounds=20",
-            *FAST,
-            "output.plots=true",
-            "--out",
-            str(out),
-        ]
-    )
+    code = main(["run", str(QUICKSTART), *DIVERGING, "rounds=20", "output.plots=true", "--out", str(out)])
     err = capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -182,17 +173,7 @@ def test_divergence_stops_the_run_with_its_own_status(tmp_path, capsys):
 def test_divergence_can_be_ignored(tmp_path, capsys):
     out = tmp_path / "out"
     code = main(
-        [
-            "run",
-            str(QUICKSTART),
-            "model.name=mlp",
-            "client.lr=1e6",
-            "rounds=6",
-            *FAST,
-            "evaluation.stop_on_divergence=false",
-            "--out",
-            str(out),
-        ]
+        ["run", str(QUICKSTART), *DIVERGING, "rounds=6", "evaluation.stop_on_divergence=false", "--out", str(out)]
     )
     assert code == 0
     assert json.loads((out / "summary.json").read_text())["rounds"] == 6
