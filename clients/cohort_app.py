@@ -32,7 +32,7 @@ from collections import OrderedDict
 from typing import Callable, Optional, Sequence
 
 import torch
-from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 
 from clients.client_app import _load_global, _partition_id, _payload, _reply, _rule_input, _rule_name, _task
 from clients.cohort import CohortClient, cohort_chunk_size, train_cohort, unsupported_reason
@@ -40,12 +40,12 @@ from clients.rules import RULE_STEPS
 from clients.runtime import Task
 from clients.train import TrainSettings, local_train, num_steps
 from fedflex import keys
+from fedflex.local_grid import error_reply
 
 logger = logging.getLogger(__name__)
 
 VECTORIZE_MODES = ("auto", "on", "off")
 Deliver = Callable[[Message, Context], Message]
-ERROR_CLIENT_APP_RAISED = 2  # Flower's ErrorCode.CLIENT_APP_RAISED_EXCEPTION
 CALIBRATION_STEPS = 1  # steps timed each way by vectorize=auto (after 1 warm-up step)
 CALIBRATION_CLIENTS = 16  # most clients timed one by one (their mean step cost is what counts)
 CALIBRATION_MARGIN = 0.9  # cohorts must take at most this share of the one-by-one time
@@ -72,6 +72,7 @@ class CohortTrainer:
         self._costs: dict[tuple, tuple[float, float]] = {}  # (task, rule, size bucket) -> step costs
         self._choice: dict[tuple, bool] = {}  # the last choice per key (logged when it changes)
         self._said: set[str] = set()
+        self._fits: dict[tuple, int] = {}  # (task, batch size, optimiser) -> clients that fit the device
         self.last_mode: str = ""  # "cohort" or "sequential": how the last batch ran (tests, logs)
 
     # ------------------------------------------------------------------ entry point
@@ -122,10 +123,15 @@ class CohortTrainer:
         return task, rule
 
     def _chunk(self, task: Task, settings: TrainSettings, k: int) -> int:
+        """``cohort_size``, or what fits the device, measured once per task and settings
+        (a forward pass with hooks; free memory as the first round found it)."""
         if self.cohort_size:
             return self.cohort_size
-        example = task.train.inputs(torch.zeros(1, dtype=torch.long, device=task.device))
-        return min(k, cohort_chunk_size(task.model, example, settings, task.device))
+        key = (id(task), settings.batch_size, settings.optimizer)
+        if key not in self._fits:
+            example = task.train.inputs(torch.zeros(1, dtype=torch.long, device=task.device))
+            self._fits[key] = cohort_chunk_size(task.model, example, settings, task.device)
+        return min(k, self._fits[key])
 
     def _prefer_batched(self, task: Task, rule: str, group, settings: TrainSettings, chunk: int) -> bool:
         """``on``: yes. ``auto``: predict this round both ways from step costs timed once
@@ -226,7 +232,6 @@ class CohortTrainer:
         chunk = self._chunk(task, settings, len(group))
         if not self._prefer_batched(task, rule, group, settings, chunk):
             return None
-        _load_global(task, first)  # calibration ran on copies; reload to be safe
         x = OrderedDict((k, p.detach().clone()) for k, p in task.model.named_parameters())
         replies: list[Optional[Message]] = [None] * len(group)
         started = []
@@ -255,9 +260,9 @@ class CohortTrainer:
 
 
 def _error_reply(msg: Message, exc: Exception) -> Message:
-    """What Flower makes of a ClientApp that raised."""
+    """What Flower makes of a ClientApp that raised (logged at DEBUG)."""
     logger.debug("cohort member failed", exc_info=True)
-    return Message(Error(code=ERROR_CLIENT_APP_RAISED, reason=f"{type(exc).__name__}: {exc}"), reply_to=msg)
+    return error_reply(msg, exc)
 
 
 def _sync(device: torch.device) -> None:

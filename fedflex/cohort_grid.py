@@ -26,14 +26,14 @@ import logging
 import uuid
 from typing import Callable, Iterable, Optional
 
-from flwr.app import ConfigRecord, Error, Message, MessageType, RecordDict
+from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from fedflex import keys
+from fedflex.local_grid import error_reply
 
 logger = logging.getLogger(__name__)
 
-ERROR_CLIENT_APP_RAISED = 2  # Flower's ErrorCode.CLIENT_APP_RAISED_EXCEPTION
 SEP = "|"
 
 
@@ -161,16 +161,12 @@ class CohortGrid(Grid):
 
     def _unpack(self, reply: Message, clients: list[int], by_client: dict[int, Message]) -> list[Message]:
         if reply.has_error():
-            return [
-                Message(Error(code=reply.error.code, reason=reply.error.reason), reply_to=by_client[c]) for c in clients
-            ]
+            return [error_reply(by_client[c], reply.error.reason, code=reply.error.code) for c in clients]
         out = []
         for c in clients:
             errors = reply.content.config_records.get(client_record(c, keys.COHORT_ERROR))
             if errors is not None:
-                out.append(
-                    Message(Error(code=ERROR_CLIENT_APP_RAISED, reason=str(errors["reason"])), reply_to=by_client[c])
-                )
+                out.append(error_reply(by_client[c], str(errors["reason"])))
                 continue
             content, state = RecordDict(), RecordDict()
             for name, record in reply.content.items():

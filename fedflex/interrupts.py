@@ -73,9 +73,3 @@ def uninstall() -> None:
 def reset() -> None:
     global _received
     _received = None
-
-
-def request(signum: int = signal.SIGINT) -> None:
-    """Ask the run to stop as a signal would (tests, embedding code)."""
-    global _received
-    _received = signum

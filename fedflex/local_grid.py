@@ -23,6 +23,14 @@ logger = logging.getLogger(__name__)
 
 ERROR_CLIENT_APP_RAISED = 2  # mirrors Flower's ErrorCode.CLIENT_APP_RAISED_EXCEPTION
 
+
+def error_reply(msg: Message, problem: "Exception | str", code: int = ERROR_CLIENT_APP_RAISED) -> Message:
+    """The error reply Flower makes for a message whose ClientApp raised ``problem``
+    (an exception, or the reason already as text)."""
+    reason = problem if isinstance(problem, str) else f"{type(problem).__name__}: {problem}"
+    return Message(Error(code=code, reason=reason), reply_to=msg)
+
+
 #: ``(pairs of (message, node context), deliver) -> replies``: answers a batch at once.
 TrainBatch = Callable[[list[tuple[Message, Context]], Callable[[Message, Context], Message]], list[Message]]
 
@@ -117,4 +125,4 @@ class LocalGrid(Grid):
             return self.client_app(msg, context)
         except Exception as exc:  # what Flower turns into an error reply
             logger.debug("client app raised", exc_info=True)
-            return Message(Error(code=ERROR_CLIENT_APP_RAISED, reason=f"{type(exc).__name__}: {exc}"), reply_to=msg)
+            return error_reply(msg, exc)

@@ -84,6 +84,9 @@ class RoundRecord:
         return row
 
 
+NONFINITE = "has NaN or Inf values"  # check_reply's reason for a reply with non-finite values
+
+
 def check_reply(
     content: RecordDict, global_arrays: "OrderedDict[str, np.ndarray]"
 ) -> tuple[Optional[ClientUpdate], str]:
@@ -109,7 +112,7 @@ def check_reply(
         if a.shape != ref.shape:
             return None, f"{key} has shape {a.shape}, expected {ref.shape}"
         if np.issubdtype(ref.dtype, np.floating) and not np.all(np.isfinite(a)):
-            return None, f"{key} has NaN or Inf values"
+            return None, f"{key} {NONFINITE}"
     extras = {}
     for name, record in content.array_records.items():
         if name == keys.ARRAYS:
@@ -117,7 +120,7 @@ def check_reply(
         extra = record_to_numpy(record)
         for key, a in extra.items():
             if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
-                return None, f"{name}/{key} has NaN or Inf values"
+                return None, f"{name}/{key} {NONFINITE}"
         extras[name] = extra
     return ClientUpdate(client=-1, num_examples=int(n), arrays=arrays, metrics=metrics, extras=extras), ""
 
@@ -366,7 +369,7 @@ class FedFlex(Strategy):
                 record.failed.append(-1 if client is None else client)
                 continue
             update, reason = check_reply(reply.content, self.global_arrays)
-            if update is None and "NaN or Inf" in reason:
+            if update is None and reason.endswith(NONFINITE):
                 record.extra["rejected_nonfinite"] = record.extra.get("rejected_nonfinite", 0) + 1
             if update is None or client is None:
                 log(
