@@ -176,7 +176,7 @@ class FedFlex(Strategy):
         self.local_rule = local_rule
         self.nodes = NodeDirectory(num_clients, query_timeout=query_timeout)
         self.global_arrays: "OrderedDict[str, np.ndarray]" = OrderedDict()
-        self.record: Optional[RoundRecord] = None  # the last round's (read by observers)
+        self.record: Optional[RoundRecord] = None  # the round in progress, then the last one (parts, observers)
         self.sizes: dict[int, int] = {}
         self._record_cache: tuple[Any, Optional[ArrayRecord]] = (None, None)  # (global_arrays, its record)
         # set by start(): what the extra rounds of parts need
@@ -242,13 +242,12 @@ class FedFlex(Strategy):
                 if "online-accuracy" in res:
                     record.extra["online_accuracy"] = float(res["online-accuracy"])
         record.wall_s = time.perf_counter() - t0
-        self.record = record
         return record
 
     def _begin(self, server_round: int, grid: Grid) -> RoundRecord:
         """Steps 1-2: the online set, the session counter, the initializer's model at a
         session start; the round is ``skipped`` with fewer than ``min_clients`` online."""
-        record = RoundRecord(round=server_round)
+        record = self.record = RoundRecord(round=server_round)  # parts read its online set (FedAWARE)
         online = self.online_clients(server_round, grid)
         record.online = online.tolist()
         scripted = self.availability is not None and self.availability.starts_session(server_round)
@@ -432,7 +431,7 @@ class FedFlex(Strategy):
         record = self._flower_round if self._flower_round is not None else RoundRecord(round=server_round)
         new = self._aggregate(server_round, replies, record, {})
         self.initializer.on_round_end(server_round, record.session, new if new is not None else self.global_arrays)
-        self.record, self._flower_round = record, None
+        self._flower_round = None
         if new is None:
             return None, None
         self.global_arrays = new

@@ -169,3 +169,22 @@ def test_node_with_partition_id_outside_the_scenario_is_ignored(tmp_path, caplog
     _, rows, _ = _run(tmp_path, ["rounds=1"], grid=grid)
     assert rows[0]["online"] == list(range(6))
     assert "client id 17" in caplog.text
+
+
+def test_parts_see_the_round_in_progress_while_they_aggregate(tmp_path, monkeypatch):
+    # FedAWARE reads the strategy's record for the online set: it must be this round's
+    from strategies.basic import FedAvgAggregator
+
+    seen = []
+    original = FedAvgAggregator.aggregate
+
+    def spy(self, server_round, global_arrays, updates):
+        seen.append((server_round, self.ctx.record.round, list(self.ctx.record.online)))
+        return original(self, server_round, global_arrays, updates)
+
+    monkeypatch.setattr(FedAvgAggregator, "aggregate", spy)
+    _, rows, _ = _run(tmp_path, ["churn.kind=markov", "churn.initial_online=0.5"])
+    assert [r for r, _, _ in seen] == [row["round"] for row in rows if not row["skipped"]]
+    for (server_round, record_round, online), row in zip(seen, [r for r in rows if not r["skipped"]]):
+        assert record_round == server_round
+        assert online == row["online"]
