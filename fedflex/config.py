@@ -756,31 +756,29 @@ class _DuplicateKey(Exception):
     pass
 
 
-class _UniqueKeyLoader:
-    """A yaml SafeLoader that refuses a key given twice in one mapping."""
+def _unique_key_loader():
+    """A yaml SafeLoader class that refuses a key given twice in one mapping (built on
+    first use: yaml is imported only when a scenario file is read)."""
+    import yaml
 
-    @staticmethod
-    def make():
-        import yaml
+    class Loader(yaml.SafeLoader):
+        pass
 
-        class Loader(yaml.SafeLoader):
-            pass
+    def construct_mapping(loader, node, deep=False):
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if key in seen:
+                mark = key_node.start_mark
+                raise _DuplicateKey(
+                    f"key {key!r} given twice (line {seen[key] + 1}, "
+                    f"and line {mark.line + 1} column {mark.column + 1})"
+                )
+            seen[key] = key_node.start_mark.line
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
-        def construct_mapping(loader, node, deep=False):
-            seen: dict[Any, Any] = {}
-            for key_node, _ in node.value:
-                key = loader.construct_object(key_node, deep=deep)
-                if key in seen:
-                    mark = key_node.start_mark
-                    raise _DuplicateKey(
-                        f"key {key!r} given twice (line {seen[key] + 1}, "
-                        f"and line {mark.line + 1} column {mark.column + 1})"
-                    )
-                seen[key] = key_node.start_mark.line
-            return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-        Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
-        return Loader
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return Loader
 
 
 def _read_yaml(p: Path) -> dict:
@@ -793,7 +791,7 @@ def _read_yaml(p: Path) -> dict:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError("scenario", str(p), f"cannot be read ({exc})") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader.make())
+        data = yaml.load(text, Loader=_unique_key_loader())
     except _DuplicateKey as exc:
         raise ConfigError("scenario", str(p), str(exc)) from None
     except yaml.MarkedYAMLError as exc:
