@@ -771,8 +771,7 @@ def _unique_key_loader():
             if key in seen:
                 mark = key_node.start_mark
                 raise _DuplicateKey(
-                    f"key {key!r} given twice (line {seen[key] + 1}, "
-                    f"and line {mark.line + 1} column {mark.column + 1})"
+                    f"key {key!r} given twice (line {seen[key] + 1}, and line {mark.line + 1} column {mark.column + 1})"
                 )
             seen[key] = key_node.start_mark.line
         return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
