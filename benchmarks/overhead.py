@@ -92,7 +92,7 @@ def main() -> None:
                             [
                                 sys.executable,
                                 "-m",
-                                "fedflex.cli",
+                                "fedflex",
                                 "run",
                                 args.scenario,
                                 *ov,

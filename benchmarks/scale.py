@@ -61,7 +61,7 @@ def run(num_clients: int, rounds: int, extra: list[str]) -> dict:
         cmd = [
             sys.executable,
             "-m",
-            "fedflex.cli",
+            "fedflex",
             "run",
             str(ROOT / "scenarios" / "scale_10k.yaml"),
             f"num_clients={num_clients}",

@@ -34,13 +34,13 @@ from typing import Callable, Optional, Sequence
 import torch
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 
-from clients.client_app import _load_global, _partition_id, _payload, _reply, _rule_input, _rule_name, _task
 from clients.cohort import CohortClient, cohort_chunk_size, train_cohort, unsupported_reason
+from clients.node import build_reply, load_global, node_task, partition_id, payload_of, rule_input, rule_name, train_one
 from clients.rules import RULE_STEPS
 from clients.runtime import Task
 from clients.train import TrainSettings, local_train, num_steps
 from fedflex import keys
-from fedflex.local_grid import error_reply
+from fedflex.messages import client_record, error_reply, state_record
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class CohortTrainer:
         if self.vectorize == "off":
             return None
         try:
-            task, rule = _task(msg, ctx), _rule_name(msg)
+            task, rule = node_task(msg, ctx), rule_name(msg)
         except Exception:  # let the ordinary path report it, message by message
             return None
         if rule not in RULE_STEPS:
@@ -158,7 +158,7 @@ class CohortTrainer:
         seq, one, full = self._costs[key]
         per_client = (full - one) / max(size - 1, 1)
         steps = sorted(
-            (num_steps(len(task.client_indices(_partition_id(ctx))), settings) for _, ctx in group), reverse=True
+            (num_steps(len(task.client_indices(partition_id(ctx))), settings) for _, ctx in group), reverse=True
         )
         coh_s = 0.0
         for lo in range(0, len(steps), chunk):
@@ -189,7 +189,7 @@ class CohortTrainer:
         its size on a CPU, so it is timed at the full size, not extrapolated."""
         warm = dataclasses.replace(settings, steps=1, epochs=1)
         probe = dataclasses.replace(settings, steps=CALIBRATION_STEPS, epochs=1)
-        indices = [task.client_indices(_partition_id(ctx)) for _, ctx in group]
+        indices = [task.client_indices(partition_id(ctx)) for _, ctx in group]
         model = copy.deepcopy(task.model)
 
         def one_by_one(settings: TrainSettings) -> None:
@@ -225,9 +225,9 @@ class CohortTrainer:
             return None
         task, rule = found
         steps = RULE_STEPS[rule]
-        _load_global(task, first)
-        payload = _payload(first)  # the group shares one content: decode its records once
-        inputs = [_rule_input(msg, ctx, task, payload) for msg, ctx in group]
+        load_global(task, first)
+        payload = payload_of(first)  # the group shares one content: decode its records once
+        inputs = [rule_input(msg, ctx, task, payload) for msg, ctx in group]
         settings = inputs[0].settings
         chunk = self._chunk(task, settings, len(group))
         if not self._prefer_batched(task, rule, group, settings, chunk):
@@ -253,7 +253,7 @@ class CohortTrainer:
                     out = steps.finish(inputs[i], st, x, y, result)
                     if out.arrays is None:
                         out.arrays = OrderedDict((k, y.get(k, v)) for k, v in state.items())
-                    replies[i] = _reply(msg, _partition_id(ctx), task, out)
+                    replies[i] = build_reply(msg, partition_id(ctx), task, out)
                 except Exception as exc:
                     replies[i] = _error_reply(msg, exc)
         return [r for r in replies if r is not None]
@@ -275,13 +275,10 @@ _TRAINERS: dict[tuple[str, int], CohortTrainer] = {}  # one per worker process a
 
 
 def train_packed(msg: Message, context: Context) -> Message:
-    """Answer a cohort message of :class:`fedflex.cohort_grid.CohortGrid`: train every
+    """Answer a cohort message of :class:`fedflex.launch.cohort_grid.CohortGrid`: train every
     client it names (their node states travel in the message) and pack their replies
     and states into one reply (``<client>|<record>``, ``state|<client>|<record>``, or a
     ``<client>|cohort-error`` config record for a client whose training failed)."""
-    from clients.client_app import train
-    from fedflex.cohort_grid import client_record, state_record
-
     config = msg.content[keys.CONFIG]
     clients = [int(c) for c in json.loads(str(config[keys.COHORT_CLIENTS]))]
     setting = (str(config[keys.COHORT_VECTORIZE]), int(config[keys.COHORT_SIZE]))
@@ -310,7 +307,7 @@ def train_packed(msg: Message, context: Context) -> Message:
 
     def deliver(m: Message, ctx: Context) -> Message:
         try:
-            return train(m, ctx)
+            return train_one(m, ctx)
         except Exception as exc:
             return _error_reply(m, exc)
 

@@ -24,7 +24,6 @@ deployment the online node set, through the same :meth:`SessionTracker.update`.
 
 from __future__ import annotations
 
-import csv
 import logging
 import numbers
 from abc import ABC, abstractmethod
@@ -34,6 +33,7 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 
 from fedflex.config import CHURN_KINDS, ChurnConfig
+from fedflex.trace import read_trace
 
 __all__ = [
     "Availability",
@@ -369,10 +369,6 @@ class MarkovChurn(Availability):
         )
 
 
-_TRACE_COLUMNS = ("client", "online_from", "online_until")
-_FOREVER = np.iinfo(np.int64).max
-
-
 class TraceAvailability(Availability):
     """Online intervals read from a CSV trace (FedScale-style).
 
@@ -399,7 +395,7 @@ class TraceAvailability(Availability):
     def __init__(self, path: str | Path, num_clients: int) -> None:
         super().__init__(num_clients)
         self.path = Path(path)
-        clients, starts, ends = self._read()
+        clients, starts, ends = read_trace(self.path, num_clients)
         self._client = np.asarray(clients, dtype=np.int64)
         self._from = np.asarray(starts, dtype=np.int64)
         self._until = np.asarray(ends, dtype=np.int64)
@@ -411,67 +407,6 @@ class TraceAvailability(Availability):
             never,
             self.num_clients,
         )
-
-    def _error(self, line: int, problem: str) -> ValueError:
-        return ValueError(f"trace {self.path}, line {line}: {problem}")
-
-    def _read(self) -> tuple[list[int], list[int], list[int]]:
-        if not self.path.is_file():
-            raise ValueError(f"trace {self.path}: no such file")
-        clients: list[int] = []
-        starts: list[int] = []
-        ends: list[int] = []
-        try:
-            with self.path.open(newline="", encoding="utf-8") as fh:
-                reader = csv.reader(fh)
-                header = next(reader, None)
-                if header is None:
-                    raise self._error(1, "empty file; expected the header " + ",".join(_TRACE_COLUMNS))
-                names = [h.strip() for h in header]
-                missing = [c for c in _TRACE_COLUMNS if c not in names]
-                if missing:
-                    raise self._error(
-                        reader.line_num,
-                        f"missing column {', '.join(missing)} (header is {','.join(names)!r}; "
-                        f"expected {','.join(_TRACE_COLUMNS)})",
-                    )
-                col = {c: names.index(c) for c in _TRACE_COLUMNS}
-                for row in reader:
-                    if not any(cell.strip() for cell in row):
-                        continue
-                    c, start, end = self._parse_row(reader.line_num, row, col)
-                    clients.append(c)
-                    starts.append(start)
-                    ends.append(end)
-        except (OSError, UnicodeDecodeError, csv.Error) as exc:
-            raise ValueError(f"trace {self.path}: cannot be read ({exc})") from None
-        return clients, starts, ends
-
-    def _parse_row(self, line: int, row: list[str], col: dict[str, int]) -> tuple[int, int, int]:
-        client = self._cell(line, row, col, "client")
-        start = self._cell(line, row, col, "online_from")
-        end = self._cell(line, row, col, "online_until", empty=_FOREVER)
-        if not 0 <= client < self.num_clients:
-            raise self._error(line, f"unknown client id {client} (ids are 0..{self.num_clients - 1})")
-        if start < 0:
-            raise self._error(line, f"online_from = {start} is negative")
-        if start >= end:
-            raise self._error(line, f"online_from = {start} >= online_until = {end}")
-        return client, start, end
-
-    def _cell(self, line: int, row: list[str], col: dict[str, int], name: str, empty: Optional[int] = None) -> int:
-        """The integer in column ``name``; ``empty`` (when given) stands for a blank cell."""
-        if col[name] >= len(row):
-            raise self._error(line, f"missing value for column {name}")
-        text = row[col[name]].strip()
-        if not text:
-            if empty is not None:
-                return empty
-            raise self._error(line, f"{name} is empty; expected an integer")
-        try:
-            return int(text)
-        except ValueError:
-            raise self._error(line, f"{name} = {text!r} is not an integer") from None
 
     def online(self, server_round: int) -> np.ndarray:
         t = _check_round(server_round)

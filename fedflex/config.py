@@ -18,6 +18,8 @@ from typing import Any, Iterable, Optional, Sequence
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from fedflex.trace import read_trace
+
 
 class ConfigError(ValueError):
     """A scenario key has a value that is not allowed.
@@ -544,7 +546,7 @@ class SimulationConfig:
     BatchNorm models always train one client at a time. ``cohort_size``: most clients per
     batched computation (0: as many as fit half the device's free memory).
     On the ``ray`` backend a round's clients travel as one cohort message per Ray worker
-    (:mod:`fedflex.cohort_grid`); a real SuperNode is one client.
+    (:mod:`fedflex.launch.cohort_grid`); a real SuperNode is one client.
 
     ``ray_address``: attach the Ray backend to a running Ray cluster (``auto``, or the
     head's ``host:port`` from ``ray start --head``) instead of starting one in this
@@ -743,10 +745,8 @@ def load_scenario(path: Optional[str | Path] = None, overrides: Iterable[str] = 
         base = Path(path).resolve().parent if from_file else Path.cwd()
         cfg.churn.trace = str((base / Path(cfg.churn.trace).expanduser()).resolve())
     if cfg.churn.kind == "trace":
-        from fedflex.churn import TraceAvailability  # churn imports this module
-
         try:
-            TraceAvailability(cfg.churn.trace, cfg.num_clients)
+            read_trace(cfg.churn.trace, cfg.num_clients)
         except ValueError as exc:
             raise ConfigError("churn.trace", cfg.churn.trace, str(exc)) from None
     return cfg

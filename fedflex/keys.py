@@ -53,7 +53,7 @@ NODE_PARTITION_ID = "partition-id"
 NODE_NUM_PARTITIONS = "num-partitions"
 NODE_DATA_PATH = "data-path"
 
-# Cohort messages (simulation only: fedflex.cohort_grid <-> clients.cohort_app)
+# Cohort messages (simulation only: fedflex.launch.cohort_grid <-> clients.cohort_app)
 COHORT_CLIENTS = "cohort-clients"  # JSON list of the client ids a packed train message trains
 COHORT_VECTORIZE = "cohort-vectorize"  # simulation.vectorize for the worker
 COHORT_SIZE = "cohort-size"  # simulation.cohort_size for the worker

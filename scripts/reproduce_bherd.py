@@ -2,7 +2,7 @@
 
 Runs scenarios/bherd_<dataset>_<model>.yaml (N = 5 clients, all train every round,
 E = 1, B = 100, plain SGD) for every case, model and method over several seeds, each as
-``python -m fedflex.cli run <scenario> <overrides> --out DIR``; then, per case and model,
+``python -m fedflex run <scenario> <overrides> --out DIR``; then, per case and model,
 plots the test loss and accuracy per round of every method (mean over seeds;
 ``<out>/bherd-<dataset>-case<c>-<model>.png``) and prints a table of the first round
 that reaches ``--target`` test accuracy (mean over the seeds that reach it, and how
@@ -92,7 +92,7 @@ def run_one(scenario: Path, out: Path, overrides: list[str]) -> Path:
     cmd = [
         sys.executable,
         "-m",
-        "fedflex.cli",
+        "fedflex",
         "run",
         str(scenario),
         *overrides,

@@ -1,6 +1,6 @@
 """Reproduce the FedAWARE comparison (Zeng et al., arXiv:2310.02702, Table 2 setting).
 
-Runs each method for each seed as ``python -m fedflex.cli run SCENARIO ... --out DIR``
+Runs each method for each seed as ``python -m fedflex run SCENARIO ... --out DIR``
 (one subprocess per run; finished runs are skipped when the script is run again), then
 prints and writes (``OUT/results.md``) per method: the mean test accuracy over the last
 10% of rounds and e-LUDD (mean e-LUD over the rounds), mean +- std over the seeds, next to
@@ -94,7 +94,7 @@ def run_one(scenario: str, method: str, seed: int, rounds: int, out: Path, extra
     cmd = [
         sys.executable,
         "-m",
-        "fedflex.cli",
+        "fedflex",
         "run",
         scenario,
         *METHODS[method][0],

@@ -78,7 +78,7 @@ def run_one(out: Path, sampler: str, seed: int, rounds: int, scenario: Path, ext
     cmd = [
         sys.executable,
         "-m",
-        "fedflex.cli",
+        "fedflex",
         "run",
         str(scenario),
         *SAMPLERS[sampler],

@@ -44,7 +44,7 @@ def run_one(out: Path, overrides: list[str]) -> Path:
     cmd = [
         sys.executable,
         "-m",
-        "fedflex.cli",
+        "fedflex",
         "run",
         str(SCENARIO),
         *overrides,

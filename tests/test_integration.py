@@ -41,7 +41,7 @@ def run_dir(tmp_path_factory):
         [
             sys.executable,
             "-m",
-            "fedflex.cli",
+            "fedflex",
             "run",
             str(ROOT / "scenarios" / "quickstart.yaml"),
             *OVERRIDES,

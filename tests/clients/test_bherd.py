@@ -36,7 +36,7 @@ from clients.train import TrainSettings
 from fedflex import keys
 from fedflex.config import load_scenario
 from fedflex.data import ArrayDataset
-from fedflex.local_grid import LocalGrid
+from fedflex.launch.local_grid import LocalGrid
 from strategies.server_app import run_server, train_config
 
 # the greedy example worked out on paper: mean (2, 1), centred c1 = (2, 0), c2 = (-1, 2),

@@ -23,7 +23,7 @@ from clients.train import StepTerms, TrainSettings, local_train
 from fedflex import keys
 from fedflex.config import ConfigError, ModelConfig, load_scenario
 from fedflex.data import ArrayDataset
-from fedflex.local_grid import LocalGrid
+from fedflex.launch.local_grid import LocalGrid
 from fedflex.models import build_model
 from fedflex.results import read_metrics
 from strategies.server_app import run_server, train_config
@@ -306,7 +306,7 @@ def test_auto_picks_one_way_says_which_and_keeps_it(caplog):
 def test_cohort_grid_packs_a_round_into_one_message_per_worker_and_unpacks_the_replies():
     # Prepare: the packing grid over an in-process grid (stands in for Flower's simulation
     # grid: each packed message reaches the first client's node through the ClientApp)
-    from fedflex.cohort_grid import CohortGrid
+    from fedflex.launch.cohort_grid import CohortGrid
 
     cfg = load_scenario(None, BASE + ["strategy.local_rule.name=scaffold"])
     inner = LocalGrid(client_app, cfg.num_clients, seed=1)
@@ -339,7 +339,7 @@ def test_cohort_grid_packs_a_round_into_one_message_per_worker_and_unpacks_the_r
 
 
 def test_cohort_grid_turns_a_clients_failure_into_that_clients_error_reply():
-    from fedflex.cohort_grid import CohortGrid
+    from fedflex.launch.cohort_grid import CohortGrid
 
     cfg = load_scenario(None, BASE + ["strategy.local_rule.name=scaffold"])
     inner = LocalGrid(client_app, cfg.num_clients, seed=1)

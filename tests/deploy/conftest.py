@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # deploy_helpers (importlib import mode)
 
-from fedflex.deploy import LocalFederation  # noqa: E402
+from fedflex.launch.deploy import LocalFederation  # noqa: E402
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

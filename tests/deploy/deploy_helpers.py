@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 import pytest
 
-from fedflex.deploy import LocalFederation
+from fedflex.launch.deploy import LocalFederation
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]

@@ -12,8 +12,8 @@ import time
 import pytest
 from deploy_helpers import QUICKSTART, ROOT, processes_using, tiny_overrides
 
-from fedflex import cli
-from fedflex.deploy import DeployError, find_executable, node_config, run_config, superlink_command
+from fedflex.launch import cli
+from fedflex.launch.deploy import DeployError, find_executable, node_config, run_config, superlink_command
 
 
 def test_nodes_must_match_the_scenarios_clients(capsys):
@@ -79,7 +79,7 @@ def test_node_config_and_run_config_strings():
 
 
 def test_auth_without_tls_is_refused():
-    from fedflex.deploy import LocalFederation
+    from fedflex.launch.deploy import LocalFederation
 
     with pytest.raises(DeployError, match="needs TLS"):
         LocalFederation(ROOT / "runs" / "never", 1, auth=True)
@@ -105,7 +105,7 @@ def test_interrupt_stops_every_process(tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "fedflex.cli",
+        "fedflex",
         "deploy",
         "local",
         str(QUICKSTART),

@@ -2,7 +2,7 @@
 
 The compose files must describe the topology ``fedflex deploy local`` runs and the
 loopback tests exercise: their commands are compared with the command lines
-:mod:`fedflex.deploy` builds and parsed with Flower 1.41's own argument parsers; the
+:mod:`fedflex.launch.deploy` builds and parsed with Flower 1.41's own argument parsers; the
 Dockerfile must copy only what exists and pin the flwr version of pyproject.toml; the
 TLS variant must mount exactly the files scripts/make_certs.sh writes.
 """
@@ -23,7 +23,7 @@ from flwr.common.config import parse_config_args
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from fedflex.deploy import TlsFiles, node_config, superlink_command, supernode_command
+from fedflex.launch.deploy import TlsFiles, node_config, superlink_command, supernode_command
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
@@ -116,7 +116,7 @@ def test_compose_has_a_superlink_and_three_supernodes(kind):
 
 @pytest.mark.parametrize("kind", ["plain", "tls"])
 def test_compose_commands_are_what_deploy_local_runs(kind):
-    # Prepare: the command lines fedflex.deploy builds for the same topology
+    # Prepare: the command lines fedflex.launch.deploy builds for the same topology
     tls = kind == "tls"
     files = TlsFiles(IN_CERTS / "ca.crt", IN_CERTS / "server.crt", IN_CERTS / "server.key") if tls else None
     services = _compose(kind)["services"]

@@ -18,7 +18,7 @@ import time
 import pytest
 from deploy_helpers import QUICKSTART, ROOT, processes_using, read_rows, tiny_overrides
 
-from fedflex.deploy import free_port, make_certificates, supernode_command, wait_until
+from fedflex.launch.deploy import free_port, make_certificates, supernode_command, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ def test_deploy_local_with_tls_and_auth_completes_rounds(tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "fedflex.cli",
+        "fedflex",
         "deploy",
         "local",
         "--nodes",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fedflex.cli import main
+from fedflex.launch.cli import main
 
 ROOT = Path(__file__).parents[2]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
@@ -74,7 +74,7 @@ def test_missing_data_exits_1_with_where_it_looked(tmp_path, capsys, monkeypatch
 def test_process_exit_code_and_no_traceback(tmp_path):
     # the real console entry point, as a user runs it
     proc = subprocess.run(
-        [sys.executable, "-m", "fedflex.cli", "run", str(QUICKSTART), "strategy.sampler.clients_per_round=0"],
+        [sys.executable, "-m", "fedflex", "run", str(QUICKSTART), "strategy.sampler.clients_per_round=0"],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from fedflex.cli import main
 from fedflex.config import ConfigError, load_scenario
+from fedflex.launch.cli import main
 
 ROOT = Path(__file__).parents[2]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
@@ -31,7 +31,7 @@ def _env(tmp_path):
 
 
 def _start(tmp_path, out, extra=()):
-    cmd = [sys.executable, "-m", "fedflex.cli", "run", str(QUICKSTART), *SLOW, *extra, "--out", str(out)]
+    cmd = [sys.executable, "-m", "fedflex", "run", str(QUICKSTART), *SLOW, *extra, "--out", str(out)]
     return subprocess.Popen(
         cmd, cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -76,7 +76,7 @@ def test_signal_stops_at_a_round_boundary_and_says_how_to_resume(tmp_path, sig, 
     assert (out / "checkpoint.pkl").is_file()  # even with checkpoint_every 0: resumable
     # ... and the resumed run continues from the round after it
     resumed = subprocess.run(
-        [sys.executable, "-m", "fedflex.cli", "run", "--resume", str(out)],
+        [sys.executable, "-m", "fedflex", "run", "--resume", str(out)],
         cwd=ROOT,
         env=_env(tmp_path),
         capture_output=True,
@@ -97,7 +97,7 @@ def test_ctrl_c_on_the_ray_backend_stops_ray_within_seconds(tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "fedflex.cli",
+        "fedflex",
         "run",
         str(QUICKSTART),
         "rounds=200",

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import fedflex.partition as partition_module
+import fedflex.partition.cache as partition_cache
 from fedflex.config import PartitionConfig
 from fedflex.partition import (
     Partition,
@@ -497,7 +497,7 @@ def test_cached_partition_loads_from_disk_the_second_time(tmp_path: Path, monkey
     def refuse(*args, **kwargs):
         raise AssertionError("recomputed instead of loading the cache")
 
-    monkeypatch.setattr(partition_module, "make_partition", refuse)
+    monkeypatch.setattr(partition_cache, "make_partition", refuse)
 
     # Execute
     second = cached_partition(cfg, LABELS, 4, 10, seed=1, cache_dir=tmp_path)

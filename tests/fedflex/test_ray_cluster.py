@@ -51,7 +51,7 @@ def test_run_attaches_to_a_two_node_ray_cluster(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "fedflex.cli",
+                "fedflex",
                 "run",
                 str(QUICKSTART),
                 "rounds=3",

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedflex.cli import main
+from fedflex.launch.cli import main
 
 ROOT = Path(__file__).parents[2]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
@@ -31,7 +31,7 @@ OVERRIDES = [
 
 
 def _cmd(out, *extra):
-    return [sys.executable, "-m", "fedflex.cli", "run", str(QUICKSTART), *OVERRIDES, *extra, "--out", str(out)]
+    return [sys.executable, "-m", "fedflex", "run", str(QUICKSTART), *OVERRIDES, *extra, "--out", str(out)]
 
 
 def _env(tmp_path):
@@ -65,7 +65,7 @@ def test_killed_and_resumed_run_ends_with_the_uninterrupted_model(tmp_path, vect
     assert 5 <= done < 8, "the run must be killed mid-way"
     assert not (killed / "model.npz").exists()
     resumed = subprocess.run(
-        [sys.executable, "-m", "fedflex.cli", "run", "--resume", str(killed)],
+        [sys.executable, "-m", "fedflex", "run", "--resume", str(killed)],
         cwd=ROOT,
         env=env,
         capture_output=True,

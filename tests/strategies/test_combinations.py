@@ -8,7 +8,7 @@ import pytest
 import clients.runtime as runtime
 from clients.client_app import app as client_app
 from fedflex.config import AGGREGATORS, INITIALIZERS, LOCAL_RULES, SAMPLERS, ConfigError, load_scenario
-from fedflex.local_grid import LocalGrid
+from fedflex.launch.local_grid import LocalGrid
 from fedflex.results import read_metrics
 from strategies.build import check_parts
 from strategies.server_app import run_server

@@ -12,7 +12,7 @@ from scipy.optimize import minimize
 
 from clients.client_app import app as client_app
 from fedflex.config import ConfigError, load_scenario
-from fedflex.local_grid import LocalGrid
+from fedflex.launch.local_grid import LocalGrid
 from fedflex.results import read_metrics
 from strategies.basic import ExploreFirstSampler, FedAvgAggregator, UniformSampler
 from strategies.build import build_strategy, check_parts

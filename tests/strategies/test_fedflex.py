@@ -13,7 +13,7 @@ from flwr.app import Array
 import clients.runtime as runtime
 from clients.client_app import app as client_app
 from fedflex.config import load_scenario
-from fedflex.local_grid import LocalGrid
+from fedflex.launch.local_grid import LocalGrid
 from fedflex.results import read_metrics
 from strategies.fedflex import TooFewClientsError
 from strategies.server_app import run_server

@@ -594,7 +594,7 @@ def test_estimated_entropy_ranks_real_fmnist_clients_like_their_label_entropy():
 def test_sampler_runs_three_rounds_through_the_real_client_app(tmp_path, isolated_cache, sampler):
     from clients.client_app import app as client_app
     from fedflex.config import load_scenario
-    from fedflex.local_grid import LocalGrid
+    from fedflex.launch.local_grid import LocalGrid
     from fedflex.results import read_metrics
     from strategies.server_app import run_server
 

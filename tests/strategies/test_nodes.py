@@ -8,7 +8,7 @@ from flwr.app import ConfigRecord, Message, RecordDict
 
 from clients.client_app import app as client_app
 from fedflex import keys
-from fedflex.local_grid import LocalGrid
+from fedflex.launch.local_grid import LocalGrid
 from strategies.nodes import NodeDirectory
 
 

@@ -9,7 +9,7 @@ import pytest
 import clients.runtime as runtime
 from clients.client_app import app as client_app
 from fedflex.config import load_scenario
-from fedflex.local_grid import LocalGrid
+from fedflex.launch.local_grid import LocalGrid
 from fedflex.results import read_metrics
 from strategies.server_app import run_server
 from strategies.session_init import AverageInitializer, SessionAwareInitializer, mean_models, softmin_weights

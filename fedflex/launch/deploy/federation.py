@@ -1,113 +1,44 @@
-"""Real Flower federations of local processes: ``fedflex deploy local``.
+"""A SuperLink and N SuperNodes on loopback, and a scenario run on them with ``flwr run``.
 
-Starts a SuperLink and N SuperNodes (Flower 1.41's Deployment Engine) as separate
-processes on the loopback interface, launches a scenario on them with ``flwr run``, waits
-for the run to end and stops every process it started. It is the same topology as
-``docker/docker-compose.yml`` (one SuperLink, SuperNodes with
-``--node-config "partition-id=i num-partitions=N"``), without Docker, and the same
-commands a two-machine deployment uses (see ``docs/deployment.md``).
-
-Processes
----------
-Every component runs in its own session / process group, with stdout and stderr in
-``WORKDIR/logs/<name>.log``. Stopping one sends SIGTERM to its process group and to the
-groups of all its descendants (Flower's SuperLink starts its SuperExec detached, in a
-session of its own), waits a grace period, then sends SIGKILL to whatever is left. A
-:class:`LocalFederation` is a context manager: processes are stopped on normal exit, on
-errors and on Ctrl-C.
-
-Security
---------
-``tls``: the SuperLink serves HTTPS with a certificate signed by a CA that SuperNodes and
-the ``flwr`` CLI trust (``scripts/make_certs.sh``). ``auth``: the SuperLink runs with
-``--enable-supernode-auth``; each SuperNode's EC public key is registered with
-``flwr supernode register`` before the SuperNode starts with
-``--auth-supernode-private-key``; a SuperNode whose key is not registered is refused.
+:class:`LocalFederation` is a context manager: its processes are stopped on normal exit,
+on errors and on Ctrl-C. The commands it starts are the ones a multi-machine deployment
+uses (``docs/deployment.md``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import shlex
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
+
+from fedflex.launch.deploy.certs import REPO_ROOT, TlsFiles
+from fedflex.launch.deploy.processes import (
+    LOOPBACK,
+    DeployError,
+    ManagedProcess,
+    _bindable,
+    check_port_free,
+    find_executable,
+    free_port,
+    port_open,
+    stop_all,
+    wait_until,
+)
 
 logger = logging.getLogger(__name__)
 
-LOOPBACK = "127.0.0.1"
-CONNECTION = "fedflex-local"
-"""Name of the SuperLink connection written to the ``flwr`` CLI's config.toml."""
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-MAKE_CERTS = REPO_ROOT / "scripts" / "make_certs.sh"
+CONNECTION = "fedflex-local"
+
 
 SUPERNODE_READY = "SuperNode ID:"
-"""What ``flower-supernode`` logs once the SuperLink has accepted it."""
-
-
-class DeployError(RuntimeError):
-    """A federation could not be started, or a run could not be launched or finished."""
-
-
-# ------------------------------------------------------------------------------ helpers
-def find_executable(name: str) -> str:
-    """Absolute path of a Flower executable: the interpreter's bin directory first.
-
-    Raises
-    ------
-    DeployError
-        When ``name`` is neither next to ``sys.executable`` nor on ``PATH``.
-    """
-    local = Path(sys.executable).parent / name
-    if local.is_file() and os.access(local, os.X_OK):
-        return str(local)
-    found = shutil.which(name)
-    if found is None:
-        raise DeployError(
-            f"{name} not found next to {sys.executable} nor on PATH: install flwr 1.41 "
-            "(pip install 'flwr[simulation]>=1.41,<1.42') or activate fedflex's virtual environment"
-        )
-    return found
-
-
-def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port on ``host`` that nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def check_port_free(port: int, host: str = LOOPBACK, what: str = "port") -> None:
-    """Raise :class:`DeployError` when ``host:port`` cannot be bound (someone uses it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            raise DeployError(
-                f"{what} {host}:{port} is in use ({exc.strerror}); choose another port or stop "
-                "the process that holds it (e.g. an old flower-superlink)"
-            ) from None
-
-
-def port_open(port: int, host: str = LOOPBACK, timeout: float = 0.5) -> bool:
-    """Whether something accepts TCP connections on ``host:port``."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def node_config(partition_id: int, num_partitions: int, data_path: Optional[str] = None) -> str:
@@ -128,41 +59,6 @@ def run_config(scenario: str, overrides: Sequence[str] = (), out: str = "") -> s
         if '"' in value:
             raise DeployError(f"{key} {value!r}: double quotes cannot pass through flwr's --run-config")
     return " ".join(f'{key}="{value}"' for key, value in values.items())
-
-
-@dataclass(frozen=True)
-class TlsFiles:
-    """The SuperLink's certificate and key and the CA that signed it (PEM files)."""
-
-    ca_cert: Path
-    server_cert: Path
-    server_key: Path
-
-    @classmethod
-    def from_dir(cls, directory: Path) -> "TlsFiles":
-        """``ca.crt``, ``server.crt``, ``server.key`` in ``directory`` (as make_certs.sh writes)."""
-        directory = Path(directory).resolve()
-        files = cls(directory / "ca.crt", directory / "server.crt", directory / "server.key")
-        missing = [str(p) for p in (files.ca_cert, files.server_cert, files.server_key) if not p.is_file()]
-        if missing:
-            raise DeployError(f"missing TLS file(s): {', '.join(missing)} (create them with {MAKE_CERTS})")
-        return files
-
-
-def make_certificates(
-    out_dir: Path, num_keys: int = 0, hosts: Iterable[str] = (), script: Path = MAKE_CERTS, timeout: float = 60
-) -> TlsFiles:
-    """Run ``scripts/make_certs.sh``: CA, SuperLink certificate, ``num_keys`` node key pairs."""
-    if not script.is_file():
-        raise DeployError(f"{script} not found: --tls needs fedflex's scripts/ (a source checkout)")
-    if shutil.which("openssl") is None:
-        raise DeployError("openssl is not installed; --tls needs it to create certificates")
-    cmd = ["bash", str(script), "-f", "-o", str(out_dir), "-n", str(num_keys), *hosts]
-    env = {**os.environ, "PYTHON": sys.executable}  # the fallback key generator needs cryptography
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
-    if done.returncode != 0:
-        raise DeployError(f"make_certs.sh failed ({done.returncode}): {done.stderr.strip()}")
-    return TlsFiles.from_dir(out_dir)
 
 
 def _flower_env(home: Path, extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
@@ -247,190 +143,6 @@ def supernode_command(
     return cmd
 
 
-# ------------------------------------------------------------------------------ processes
-def _proc_table() -> dict[int, tuple[int, int, int, str]]:
-    """pid -> (ppid, pgid, start time, state) of every process (Linux /proc)."""
-    table: dict[int, tuple[int, int, int, str]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return table
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                data = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        rest = data[data.rfind(")") + 2 :].split()
-        try:
-            table[int(entry)] = (int(rest[1]), int(rest[2]), int(rest[19]), rest[0])
-        except (IndexError, ValueError):
-            continue
-    return table
-
-
-def _descendants(pid: int, table: Mapping[int, tuple[int, int, int, str]]) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for p, (ppid, *_rest) in table.items():
-        children.setdefault(ppid, []).append(p)
-    found: set[int] = set()
-    stack = [pid]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return found
-
-
-class ManagedProcess:
-    """A process started in its own session, with its output in a log file.
-
-    Parameters
-    ----------
-    name
-        Short name (``superlink``, ``supernode-0``): the log file's stem.
-    cmd, env
-        Command line and environment.
-    log_path
-        Where stdout and stderr go (appended).
-    """
-
-    def __init__(
-        self, name: str, cmd: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Optional[Path] = None
-    ):
-        self.name = name
-        self.cmd = list(cmd)
-        self.log_path = log_path
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            log.write(f"\n### {time.strftime('%H:%M:%S')} {shlex.join(self.cmd)}\n".encode())
-            log.flush()
-            self._log_start = log.tell()  # output() shows this start only
-            self.popen = subprocess.Popen(  # noqa: S603 - our own command lines
-                self.cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=dict(env),
-                cwd=str(cwd) if cwd else None,
-                start_new_session=True,
-            )
-        self.pid = self.popen.pid
-        self.family: dict[int, int] = {}  # pid -> start time of every process seen under it
-        self.groups: set[int] = {self.pid}
-        logger.info("started %s (pid %d): %s", name, self.pid, shlex.join(self.cmd))
-
-    # ---------------------------------------------------------------- state
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    @property
-    def returncode(self) -> Optional[int]:
-        return self.popen.poll()
-
-    def output(self) -> str:
-        """What this process (this start) wrote to its log so far."""
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(self._log_start)
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
-
-    def tail(self, lines: int = 15) -> str:
-        return "\n".join(self.output().rstrip().splitlines()[-lines:])
-
-    def remember_family(self) -> None:
-        """Record the current descendants and their process groups (before signalling:
-        orphans are re-parented and could not be found afterwards)."""
-        table = _proc_table()
-        for p in _descendants(self.pid, table):
-            ppid, pgid, start, _state = table[p]
-            self.family[p] = start
-            self.groups.add(pgid)
-        own = os.getpgrp()
-        self.groups -= {0, 1, own}
-
-    def leftovers(self) -> list[int]:
-        """Remembered descendants still running (not zombies, same start time)."""
-        table = _proc_table()
-        return [p for p, start in self.family.items() if p in table and table[p][2] == start and table[p][3] != "Z"]
-
-    # ---------------------------------------------------------------- signals
-    def _signal(self, sig: int) -> None:
-        for group in sorted(self.groups):
-            try:
-                os.killpg(group, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for p in self.leftovers():
-            try:
-                os.kill(p, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def kill(self) -> None:
-        """SIGKILL the process and all its descendants at once (a crash), and reap it."""
-        self.remember_family()
-        self._signal(signal.SIGKILL)
-        try:
-            self.popen.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            logger.warning("%s (pid %d) survived SIGKILL for 10 s", self.name, self.pid)
-
-    def stop(self, grace: float = 5.0) -> None:
-        """SIGTERM to the process groups of the process and its descendants; SIGKILL
-        after ``grace`` seconds for what is left. Idempotent."""
-        stop_all([self], grace)
-
-    def running(self) -> bool:
-        """The process or a remembered descendant still runs."""
-        return self.alive() or bool(self.leftovers())
-
-    def reap(self) -> None:
-        try:
-            self.popen.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            logger.warning("%s (pid %d) survived SIGKILL for 10 s", self.name, self.pid)
-
-
-def stop_all(processes: Sequence[ManagedProcess], grace: float = 5.0) -> None:
-    """Stop several processes at once: SIGTERM to all, wait up to ``grace`` seconds for
-    all, SIGKILL what is left (with everything it started), reap."""
-    for proc in processes:
-        proc.remember_family()
-    running = [p for p in processes if p.running()]
-    for proc in running:
-        proc._signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while running and time.monotonic() < deadline:
-        time.sleep(0.1)
-        for proc in running:
-            proc.remember_family()  # children started while shutting down
-        running = [p for p in running if p.running()]
-    for proc in running:
-        logger.warning("%s did not stop within %.0f s of SIGTERM: SIGKILL", proc.name, grace)
-        proc.remember_family()
-        proc._signal(signal.SIGKILL)
-    for proc in processes:
-        proc.reap()
-
-
-def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
-    """Poll ``predicate`` until it holds (True) or ``timeout`` seconds pass (False)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
-
-
-# ------------------------------------------------------------------------------ federation
 @dataclass
 class RunResult:
     """How a ``flwr run`` on a local federation ended."""
@@ -805,14 +517,6 @@ class _Follower:
             self.callback(line)
 
 
-def _bindable(port: int) -> bool:
-    try:
-        check_port_free(port)
-        return True
-    except DeployError:
-        return False
-
-
 def _json_from(text: str) -> Optional[dict]:
     """The first JSON object in ``text`` (flwr may print other lines around it)."""
     start = text.find("{")
@@ -830,132 +534,3 @@ def _json_from(text: str) -> Optional[dict]:
 def _last_lines(done: subprocess.CompletedProcess, n: int = 8) -> str:
     text = "\n".join(x for x in (done.stdout or "", done.stderr or "") if x.strip())
     return "\n".join(text.strip().splitlines()[-n:]) or f"exit status {done.returncode}"
-
-
-# ------------------------------------------------------------------------------ CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``fedflex deploy local``."""
-    parser.add_argument("scenario", help="scenario YAML file")
-    parser.add_argument("overrides", nargs="*", help="OmegaConf dotlist overrides, e.g. rounds=5")
-    parser.add_argument("--nodes", type=int, help="number of SuperNodes (default: the scenario's num_clients)")
-    parser.add_argument("--out", help="results directory (default: runs/<name>-<timestamp>)")
-    parser.add_argument("--tls", action="store_true", help="HTTPS with certificates from scripts/make_certs.sh")
-    parser.add_argument(
-        "--auth", action="store_true", help="SuperNode authentication with registered EC keys (implies --tls)"
-    )
-    parser.add_argument("--certs", help="use the certificates and keys in this directory (make_certs.sh's layout)")
-    parser.add_argument("--port", type=int, help="SuperLink port on 127.0.0.1 (default: a free one)")
-    parser.add_argument("--data-path", help="data-path node config of every SuperNode (dataset root)")
-    parser.add_argument("--timeout", type=float, default=7200.0, help="seconds the run may take (default 7200)")
-    parser.add_argument("--workdir", help="logs and FLWR_HOMEs (default: a temporary directory, kept on failure)")
-    parser.add_argument("--verbose", action="store_true", help="progress of the start-up and the run's log lines")
-
-
-def deploy_local(args: argparse.Namespace) -> int:
-    """``fedflex deploy local``: start, run, stop. Returns the exit status."""
-    from fedflex.config import ConfigError, load_scenario
-    from fedflex.results import default_out_dir
-
-    try:
-        cfg = load_scenario(args.scenario, args.overrides)
-    except ConfigError as exc:
-        return _fail(f"config error: {exc}")
-    nodes = args.nodes if args.nodes is not None else cfg.num_clients
-    if nodes != cfg.num_clients:
-        return _fail(
-            f"--nodes {nodes} but the scenario has num_clients={cfg.num_clients}: every SuperNode holds one "
-            f"client id; add the override num_clients={nodes} or drop --nodes"
-        )
-    out = Path(args.out) if args.out else (Path(cfg.output.dir) if cfg.output.dir else default_out_dir(cfg.name))
-    out = out.resolve()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        return _fail(f"--out {out} exists and is not an empty directory: choose another one")
-    try:
-        for exe in ("flower-superlink", "flower-supernode", "flwr"):
-            find_executable(exe)
-    except DeployError as exc:
-        return _fail(str(exc), 1)
-
-    workdir = Path(args.workdir).resolve() if args.workdir else Path(tempfile.mkdtemp(prefix="fedflex-deploy-"))
-    tls_wanted = args.tls or args.auth
-    restore = _terminate_as_interrupt()
-    fed: Optional[LocalFederation] = None
-    ok = False
-    t0 = time.monotonic()
-    try:
-        tls, keys_dir = None, None
-        if tls_wanted:
-            if args.certs:
-                tls, keys_dir = TlsFiles.from_dir(Path(args.certs)), Path(args.certs).resolve() / "keys"
-            else:
-                tls = make_certificates(workdir / "certs", num_keys=nodes if args.auth else 0)
-        fed = LocalFederation(
-            workdir,
-            nodes,
-            tls=tls,
-            auth=args.auth,
-            keys_dir=keys_dir,
-            superlink_port=args.port,
-            data_path=args.data_path,
-        )
-        _say(
-            f"starting a SuperLink on {fed.address} ({'TLS' if tls else 'insecure'}"
-            f"{', node auth' if args.auth else ''}) and {nodes} SuperNode(s); logs in {fed.logs}"
-        )
-        fed.start()
-        _say(f"federation up after {time.monotonic() - t0:.1f} s; flwr run {cfg.name}")
-        on_line = (lambda line: print(line, file=sys.stderr)) if args.verbose else _progress_lines
-        result = fed.run(args.scenario, args.overrides, out, timeout=args.timeout, on_line=on_line)
-        ok = result.ok
-        if not ok:
-            return _fail(
-                f"run {result.run_id} ended with status {result.status} {result.details}; logs in {fed.logs}", 1
-            )
-        _say(f"run {result.run_id} completed in {result.wall_s:.1f} s")
-        print(f"results: {out}", file=sys.stderr)
-        return 0
-    except DeployError as exc:
-        return _fail(str(exc), 1)
-    except KeyboardInterrupt:
-        return _fail("interrupted: stopping the federation", 130)
-    finally:
-        try:
-            if fed is not None:
-                fed.stop()
-                left = fed.leftovers()
-                if left:
-                    logger.warning("processes still running after stop: %s", left)
-        finally:
-            restore()
-            if ok and not args.workdir:
-                shutil.rmtree(workdir, ignore_errors=True)
-            elif not ok:
-                print(f"fedflex: logs kept in {workdir}", file=sys.stderr)
-
-
-def _progress_lines(line: str) -> None:
-    """Show the ServerApp's per-round lines (``round 3/20 acc=...``) and errors."""
-    text = line.strip()
-    if text.startswith("round ") or "ERROR" in text or "Traceback" in text:
-        print(text, file=sys.stderr)
-
-
-def _terminate_as_interrupt():
-    """SIGTERM behaves like Ctrl-C (so the federation is stopped); returns the undo."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, previous)
-
-
-def _say(message: str) -> None:
-    print(f"fedflex: {message}", file=sys.stderr)
-
-
-def _fail(message: str, code: int = 2) -> int:
-    print(f"fedflex: {message}", file=sys.stderr)
-    return code

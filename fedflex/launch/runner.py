@@ -52,10 +52,10 @@ def ray_workers(cfg: ScenarioConfig, cpus: Optional[float] = None, gpus: Optiona
 
 def cohort_grid(cfg: ScenarioConfig, workers: int):
     """``wrap_grid`` for the ServerApp: one cohort message per Ray worker and round
-    (:mod:`fedflex.cohort_grid`), or None with ``simulation.vectorize=off``."""
+    (:mod:`fedflex.launch.cohort_grid`), or None with ``simulation.vectorize=off``."""
     if cfg.simulation.vectorize == "off":
         return None
-    from fedflex.cohort_grid import CohortGrid
+    from fedflex.launch.cohort_grid import CohortGrid
 
     def wrap(grid, client_of):
         return CohortGrid(grid, client_of, workers, cfg.simulation.vectorize, cfg.simulation.cohort_size)
@@ -68,7 +68,7 @@ def attach_ray(address: str) -> tuple[float, float]:
     connection); returns the cluster's CPUs and GPUs."""
     import ray
 
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])  # the repository: fedflex/launch/runner.py
     pythonpath = os.pathsep.join([root, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])
     ray.init(
         address=address,
@@ -115,7 +115,7 @@ def run(cfg: ScenarioConfig, out_dir: Optional[Path], verbose: bool = False, res
     quiet_flower(verbose)
     if cfg.simulation.backend == "local":
         from clients.cohort_app import CohortTrainer
-        from fedflex.local_grid import LocalGrid
+        from fedflex.launch.local_grid import LocalGrid
         from strategies.server_app import run_server
 
         cohorts = CohortTrainer(cfg.simulation.vectorize, cfg.simulation.cohort_size)

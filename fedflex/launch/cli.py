@@ -28,7 +28,9 @@ EXIT_DIVERGED = 3
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fedflex", description=__doc__.split("\n\n")[0].strip("` \n"))
+    parser = argparse.ArgumentParser(
+        prog="fedflex", description="fedflex: composable Flower strategies for federations whose clients come and go."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a scenario in simulation (Flower + Ray)")
     run.add_argument("scenario", nargs="?", help="scenario YAML file (not with --resume)")
@@ -39,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     deploy = sub.add_parser("deploy", help="run a scenario on a real Flower federation (SuperLink + SuperNodes)")
     where = deploy.add_subparsers(dest="where", required=True)
     local = where.add_parser("local", help="a SuperLink and N SuperNodes as local processes on 127.0.0.1")
-    from fedflex.deploy import add_arguments  # light: no torch, no Flower
+    from fedflex.launch.deploy import add_arguments  # light: no torch, no Flower
 
     add_arguments(local)
     return parser
@@ -64,7 +66,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command == "run":
         return _run(args)
     if args.command == "deploy":
-        from fedflex.deploy import deploy_local
+        from fedflex.launch.deploy import deploy_local
 
         return deploy_local(args)
     return _fail(f"unknown command {args.command}")
@@ -86,8 +88,8 @@ def _run(args: argparse.Namespace) -> int:
     problem = _unusable_out(out)
     if problem:
         return _fail(problem)
-    from fedflex import runner  # imports torch and Flower: after the cheap checks
     from fedflex.data import DataNotFoundError
+    from fedflex.launch import runner  # imports torch and Flower: after the cheap checks
 
     try:
         with _interruptible():
@@ -189,7 +191,7 @@ def _resume(args: argparse.Namespace) -> int:
     if checkpoint["round"] >= cfg.rounds:
         return _fail(f"--resume {out}: the run already finished its {cfg.rounds} rounds")
     print(f"resuming {out} after round {checkpoint['round']}", file=sys.stderr)
-    from fedflex import runner
+    from fedflex.launch import runner
 
     with _interruptible():
         runner.run(cfg, out, verbose=args.verbose, resume=checkpoint)

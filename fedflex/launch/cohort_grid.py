@@ -30,21 +30,9 @@ from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from fedflex import keys
-from fedflex.local_grid import error_reply
+from fedflex.messages import client_record, error_reply, state_record
 
 logger = logging.getLogger(__name__)
-
-SEP = "|"
-
-
-def client_record(client: int, name: str) -> str:
-    """Name of client ``client``'s record ``name`` inside a packed reply."""
-    return f"{client}{SEP}{name}"
-
-
-def state_record(client: int, name: str) -> str:
-    """Name of client ``client``'s node-state record ``name`` inside a packed message."""
-    return f"state{SEP}{client}{SEP}{name}"
 
 
 def split_chunks(items: list, parts: int) -> list[list]:

@@ -13,23 +13,15 @@ import uuid
 from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
-from flwr.app import Context, Error, Message, RecordDict
+from flwr.app import Context, Message, RecordDict
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
+from fedflex.messages import error_reply
+
 logger = logging.getLogger(__name__)
-
-ERROR_CLIENT_APP_RAISED = 2  # mirrors Flower's ErrorCode.CLIENT_APP_RAISED_EXCEPTION
-
-
-def error_reply(msg: Message, problem: "Exception | str", code: int = ERROR_CLIENT_APP_RAISED) -> Message:
-    """The error reply Flower makes for a message whose ClientApp raised ``problem``
-    (an exception, or the reason already as text)."""
-    reason = problem if isinstance(problem, str) else f"{type(problem).__name__}: {problem}"
-    return Message(Error(code=code, reason=reason), reply_to=msg)
-
 
 #: ``(pairs of (message, node context), deliver) -> replies``: answers a batch at once.
 TrainBatch = Callable[[list[tuple[Message, Context]], Callable[[Message, Context], Message]], list[Message]]

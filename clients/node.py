@@ -1,0 +1,133 @@
+"""What a node does with one message: find its task, run a local rule, build the reply.
+
+Shared by the ClientApp (:mod:`clients.client_app`, one client per message) and the
+cohort trainer (:mod:`clients.cohort_app`, several clients per call), so that both read
+messages and build replies the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Optional
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from clients.rules import LOCAL_RULES, RuleInput, RuleOutput
+from clients.runtime import Task, get_task
+from clients.train import TrainSettings
+from fedflex import keys
+
+logger = logging.getLogger(__name__)
+
+
+def partition_id(context: Context) -> int:
+    try:
+        return int(context.node_config[keys.NODE_PARTITION_ID])
+    except KeyError:
+        raise ValueError(
+            "this SuperNode has no partition-id: start it with --node-config 'partition-id=<id> num-partitions=<N>'"
+        ) from None
+
+
+def node_task(msg: Message, context: Context) -> Task:
+    config = msg.content[keys.CONFIG]
+    data_path = context.node_config.get(keys.NODE_DATA_PATH)
+    task = get_task(str(config[keys.TASK]), str(data_path) if data_path else None)
+    num_partitions = context.node_config.get(keys.NODE_NUM_PARTITIONS)
+    if num_partitions is not None and int(num_partitions) != task.num_clients:
+        raise ValueError(
+            f"node has num-partitions={num_partitions} but the scenario has num_clients={task.num_clients}"
+        )
+    return task
+
+
+def settings_from_config(config: ConfigRecord) -> TrainSettings:
+    """Training settings from a train message's ConfigRecord."""
+    steps = int(config[keys.STEPS])
+    return TrainSettings(
+        epochs=int(config[keys.EPOCHS]),
+        steps=None if steps < 0 else steps,
+        batch_size=int(config[keys.BATCH_SIZE]),
+        optimizer=str(config[keys.OPTIMIZER]),
+        lr=float(config[keys.LR]),
+        momentum=float(config[keys.MOMENTUM]),
+        weight_decay=float(config[keys.WEIGHT_DECAY]),
+        rule=str(config[keys.LOCAL_RULE]),
+        proximal_mu=float(config[keys.PROXIMAL_MU]),
+    )
+
+
+def load_global(task: Task, msg: Message) -> None:
+    state = msg.content[keys.ARRAYS].to_torch_state_dict()
+    task.model.load_state_dict(state, strict=True)
+
+
+def payload_of(msg: Message) -> dict:
+    """The server's further array records (e.g. SCAFFOLD's c) as tensors."""
+    return {
+        name: record.to_torch_state_dict() for name, record in msg.content.array_records.items() if name != keys.ARRAYS
+    }
+
+
+def rule_input(msg: Message, context: Context, task: Task, payload: Optional[dict] = None) -> RuleInput:
+    """Everything a local rule gets for this message on this node (the model holds the
+    weights loaded last; the caller loads the global model). ``payload``: the message's
+    decoded further records when the caller has them (a cohort decodes them once)."""
+    pid = partition_id(context)
+    config = msg.content[keys.CONFIG]
+    server_round = int(config[keys.SERVER_ROUND])
+    settings = dataclasses.replace(settings_from_config(config), loss=task.loss)
+    payload = payload_of(msg) if payload is None else payload
+    fixed_order = bool(config.get(keys.FIXED_ORDER, False))  # same batches every round
+    generator = torch.Generator().manual_seed(
+        int(config[keys.SEED]) * 1_000_003 + (0 if fixed_order else server_round * 10_007) + pid
+    )
+    return RuleInput(
+        model=task.model,
+        data=task.train,
+        indices=task.client_indices(pid),
+        settings=settings,
+        generator=generator,
+        device=task.device,
+        payload=payload,
+        state=context.state,
+        server_round=server_round,
+        options=dict(config),
+    )
+
+
+def rule_name(msg: Message) -> str:
+    name = str(msg.content[keys.CONFIG][keys.LOCAL_RULE])
+    if name not in LOCAL_RULES:
+        raise ValueError(f"unknown local rule {name!r}; this client knows {sorted(LOCAL_RULES)}")
+    return name
+
+
+def build_reply(msg: Message, pid: int, task: Task, out: RuleOutput) -> Message:
+    """The train reply: the local model (or the rule's arrays), the rule's further array
+    records and the metrics."""
+    arrays = out.arrays if out.arrays is not None else task.model.state_dict()
+    content = RecordDict({keys.ARRAYS: ArrayRecord({k: v.detach().cpu() for k, v in arrays.items()})})
+    for name, tensors in out.extras.items():
+        content[name] = ArrayRecord({k: v.detach().cpu() for k, v in tensors.items()})
+    metrics = {
+        keys.NUM_EXAMPLES: out.result.num_examples,
+        keys.NUM_STEPS: out.result.num_steps,
+        keys.TRAIN_LOSS: out.result.train_loss,
+        keys.PARTITION_ID: pid,
+        **out.metrics,
+    }
+    content[keys.METRICS] = MetricRecord(metrics)
+    return Message(content=content, reply_to=msg)
+
+
+def train_one(msg: Message, context: Context) -> Message:
+    """Run the message's local rule on this node's partition; reply with the local model,
+    the rule's further array records and the metrics."""
+    task = node_task(msg, context)
+    rule = LOCAL_RULES[rule_name(msg)]
+    load_global(task, msg)
+    inp = rule_input(msg, context, task)
+    return build_reply(msg, partition_id(context), task, rule(inp))
