@@ -359,15 +359,12 @@ def _check_sgd(inp: RuleInput, rule: str) -> None:
 def bherd_rule(inp: RuleInput) -> RuleOutput:
     """BHerd's client (see the module docstring): all steps, herding, upload g.
 
-    Options (train config): ``bherd-alpha``, ``bherd-dtype``, ``bherd-max-stored``,
-    ``bherd-base`` (``scaffold`` runs SCAFFOLD's corrected steps and control variates).
+    Options (``inp.options``): ``bherd_alpha``, ``bherd_dtype``, ``bherd_max_stored``,
+    ``bherd_base`` (``scaffold`` runs SCAFFOLD's corrected steps and control variates).
     """
     _check_sgd(inp, "bherd")
     opts = inp.options
-    alpha = float(opts.get(keys.BHERD_ALPHA, 0.5))
-    dtype = DTYPES[str(opts.get(keys.BHERD_DTYPE, "float32"))]
-    max_rows = int(opts.get(keys.BHERD_MAX_STORED, 0))
-    base = str(opts.get(keys.BHERD_BASE, "fedavg"))
+    alpha, dtype, max_rows, base = opts.bherd_alpha, DTYPES[opts.bherd_dtype], opts.bherd_max_stored, opts.bherd_base
     named = OrderedDict((k, p) for k, p in inp.model.named_parameters() if p.requires_grad)
     variates = scaffold_variates(inp, named) if base == "scaffold" else None
     x = {k: p.detach().clone() for k, p in named.items()} if variates is not None else None

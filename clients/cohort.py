@@ -21,7 +21,8 @@ What stays per client, exactly as in the sequential loop
   ``1 / len(batch)``, padding weighs 0);
 - the optimiser (torch's SGD with momentum / weight decay, or Adam: the same update
   formulas, applied to the stacked tensors) and the rule's per-step terms
-  (:class:`clients.train.StepTerms`: FedProx's ``mu``, SCAFFOLD's correction);
+  (:class:`clients.train.StepTerms`: FedProx's ``mu``, SCAFFOLD's correction, FedCM's
+  gradient scale);
 - the reply: the rule's ``finish`` (:class:`clients.common.RuleSteps`) builds it from the
   trained parameters, with the same records and metrics.
 
@@ -238,6 +239,8 @@ def _train_sorted(
     correction = _stack([c.terms.correction for c in clients], params)
     mu = torch.tensor([c.terms.prox_mu for c in clients], device=device)
     use_prox = bool((mu > 0).any())
+    scale = torch.tensor([c.terms.grad_scale for c in clients], device=device)
+    use_scale = bool((scale != 1.0).any())
     lr, wd, momentum = settings.lr, settings.weight_decay, settings.momentum
     adam = settings.optimizer == "adam"
     state1 = {n: torch.zeros_like(p) for n, p in params.items()} if (adam or momentum) else None
@@ -264,6 +267,8 @@ def _train_sorted(
         with torch.no_grad():
             for n, g in zip(names, grads):
                 p = params[n][:m]
+                if use_scale:
+                    g = g * _expand(scale[:m], p)
                 if correction is not None:
                     g = g + correction[n][:m]
                 if use_prox:

@@ -18,6 +18,7 @@ from flwr.app import RecordDict
 from torch import nn
 
 from clients.train import StepTerms, TrainResult, TrainSettings, local_train
+from fedflex.config import LocalRuleConfig
 from fedflex.data import ArrayDataset
 
 
@@ -32,7 +33,7 @@ class RuleInput:
     payload: dict[str, "OrderedDict[str, torch.Tensor]"] = field(default_factory=dict)
     state: Optional[RecordDict] = None  # the node's persistent context state
     server_round: int = 0
-    options: dict[str, Any] = field(default_factory=dict)  # the train message's config entries
+    options: LocalRuleConfig = field(default_factory=LocalRuleConfig)  # the rule's options, as sent
 
 
 @dataclass

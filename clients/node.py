@@ -7,7 +7,6 @@ messages and build replies the same way.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Optional
 
@@ -18,6 +17,8 @@ from clients.rules import LOCAL_RULES, RuleInput, RuleOutput
 from clients.runtime import Task, get_task
 from clients.train import TrainSettings
 from fedflex import keys
+from fedflex.config import ClientConfig, LocalRuleConfig
+from fedflex.records import from_record
 
 logger = logging.getLogger(__name__)
 
@@ -43,20 +44,15 @@ def node_task(msg: Message, context: Context) -> Task:
     return task
 
 
-def settings_from_config(config: ConfigRecord) -> TrainSettings:
-    """Training settings from a train message's ConfigRecord."""
-    steps = int(config[keys.STEPS])
-    return TrainSettings(
-        epochs=int(config[keys.EPOCHS]),
-        steps=None if steps < 0 else steps,
-        batch_size=int(config[keys.BATCH_SIZE]),
-        optimizer=str(config[keys.OPTIMIZER]),
-        lr=float(config[keys.LR]),
-        momentum=float(config[keys.MOMENTUM]),
-        weight_decay=float(config[keys.WEIGHT_DECAY]),
-        rule=str(config[keys.LOCAL_RULE]),
-        proximal_mu=float(config[keys.PROXIMAL_MU]),
-    )
+def settings_from_config(config: ConfigRecord, loss: str = "cross-entropy") -> TrainSettings:
+    """Training settings from a train message's ConfigRecord (the scenario's
+    :class:`~fedflex.config.ClientConfig` as the server wrote it) and the task's loss."""
+    return TrainSettings.from_client(from_record(ClientConfig, config, keys.CLIENT), loss=loss)
+
+
+def rule_options(config: ConfigRecord) -> LocalRuleConfig:
+    """The local rule's options as its server half wrote them (defaults for the rest)."""
+    return from_record(LocalRuleConfig, config, keys.LOCAL_RULE)
 
 
 def load_global(task: Task, msg: Message) -> None:
@@ -78,9 +74,9 @@ def rule_input(msg: Message, context: Context, task: Task, payload: Optional[dic
     pid = partition_id(context)
     config = msg.content[keys.CONFIG]
     server_round = int(config[keys.SERVER_ROUND])
-    settings = dataclasses.replace(settings_from_config(config), loss=task.loss)
+    options = rule_options(config)
     payload = payload_of(msg) if payload is None else payload
-    fixed_order = bool(config.get(keys.FIXED_ORDER, False))  # same batches every round
+    fixed_order = options.bherd_fixed_order  # same batches every round
     generator = torch.Generator().manual_seed(
         int(config[keys.SEED]) * 1_000_003 + (0 if fixed_order else server_round * 10_007) + pid
     )
@@ -88,18 +84,18 @@ def rule_input(msg: Message, context: Context, task: Task, payload: Optional[dic
         model=task.model,
         data=task.train,
         indices=task.client_indices(pid),
-        settings=settings,
+        settings=settings_from_config(config, loss=task.loss),
         generator=generator,
         device=task.device,
         payload=payload,
         state=context.state,
         server_round=server_round,
-        options=dict(config),
+        options=options,
     )
 
 
 def rule_name(msg: Message) -> str:
-    name = str(msg.content[keys.CONFIG][keys.LOCAL_RULE])
+    name = rule_options(msg.content[keys.CONFIG]).name
     if name not in LOCAL_RULES:
         raise ValueError(f"unknown local rule {name!r}; this client knows {sorted(LOCAL_RULES)}")
     return name

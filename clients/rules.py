@@ -16,6 +16,10 @@ node's persistent state and the train message's config entries) and returns a
   Beneficial Herd of Local Gradients", 2024, https://arxiv.org/abs/2403.16557, alone or
   on FedNova / SCAFFOLD; ``grab``: GraB-FedAvg, online balancing (Lu et al., NeurIPS
   2022, https://arxiv.org/abs/2205.10733) (:mod:`clients.bherd`).
+- ``feddyn``: Acar et al., "Federated Learning Based on Dynamic Regularization", ICLR
+  2021, https://arxiv.org/abs/2111.04263 (:mod:`clients.feddyn`).
+- ``fedcm``: Xu et al., "FedCM: Federated Learning with Client-level Momentum", 2021,
+  https://arxiv.org/abs/2106.10874 (:mod:`clients.fedcm`).
 
 Every rule trains with the loss ``settings.loss`` names (:mod:`fedflex.losses`).
 """
@@ -26,6 +30,8 @@ from typing import Callable
 
 from clients.bherd import bherd_rule, grab_rule
 from clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps, load_state
+from clients.fedcm import FEDCM
+from clients.feddyn import FEDDYN
 from clients.fednova import FEDNOVA
 from clients.scaffold import SCAFFOLD
 from clients.train import StepTerms, TrainResult
@@ -34,7 +40,7 @@ __all__ = ["LOCAL_RULES", "RULE_STEPS", "RuleInput", "RuleOutput", "sgd_rule", "
 
 
 def _sgd_start(inp: RuleInput, x: Params) -> RuleStart:
-    mu = inp.settings.proximal_mu if inp.settings.rule == "fedprox" else 0.0
+    mu = inp.options.mu if inp.options.name == "fedprox" else 0.0
     return RuleStart(StepTerms(prox_mu=mu))
 
 
@@ -42,12 +48,19 @@ def _sgd_finish(inp: RuleInput, start: RuleStart, x: Params, y: Params, result: 
     return RuleOutput(result)
 
 
-#: Plain local training, with FedProx's proximal term when the settings ask for it.
+#: Plain local training, with FedProx's proximal term for rule fedprox (its option ``mu``).
 SGD = RuleSteps(_sgd_start, _sgd_finish)
 
 #: Rules written as start / train / finish: they run one client at a time or, in
 #: simulation, as a batched cohort (:mod:`clients.cohort`).
-RULE_STEPS: dict[str, RuleSteps] = {"sgd": SGD, "fedprox": SGD, "scaffold": SCAFFOLD, "fednova": FEDNOVA}
+RULE_STEPS: dict[str, RuleSteps] = {
+    "sgd": SGD,
+    "fedprox": SGD,
+    "scaffold": SCAFFOLD,
+    "fednova": FEDNOVA,
+    "feddyn": FEDDYN,
+    "fedcm": FEDCM,
+}
 
 sgd_rule = SGD.run
 scaffold_rule = SCAFFOLD.run

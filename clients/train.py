@@ -21,6 +21,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from fedflex.config import ClientConfig, ModelConfig
 from fedflex.data import ArrayDataset
 from fedflex.losses import get_loss
 
@@ -29,24 +30,30 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """Hyper-parameters of one round of local training."""
+    """Hyper-parameters of one round of local training: the training fields of the
+    scenario's :class:`~fedflex.config.ClientConfig` (its defaults, written there once)
+    and the task's loss (``model.loss``)."""
 
-    epochs: int = 1
-    steps: Optional[int] = None
-    batch_size: int = 32
-    optimizer: str = "sgd"
-    lr: float = 0.05
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    rule: str = "sgd"
-    proximal_mu: float = 0.0
-    loss: str = "cross-entropy"
+    epochs: int = ClientConfig.epochs
+    steps: Optional[int] = ClientConfig.steps
+    batch_size: int = ClientConfig.batch_size
+    optimizer: str = ClientConfig.optimizer
+    lr: float = ClientConfig.lr
+    momentum: float = ClientConfig.momentum
+    weight_decay: float = ClientConfig.weight_decay
+    loss: str = ModelConfig.loss
+
+    @classmethod
+    def from_client(cls, client: ClientConfig, loss: str = ModelConfig.loss) -> "TrainSettings":
+        """The settings of ``client`` (its training fields) with the task's ``loss``."""
+        return cls(**{name: getattr(client, name) for name in client.training_fields()}, loss=loss)
 
 
 @dataclass(frozen=True)
 class StepTerms:
     """What a local rule adds to every mini-batch gradient before the optimiser step.
 
+    ``grad_scale``: a factor on the mini-batch loss's gradient (FedCM's alpha);
     ``correction``: a constant per parameter (SCAFFOLD's ``c - c_i``); ``prox_mu``:
     FedProx's ``mu (w - w_start)``, the gradient of ``mu/2 ||w - w_start||^2``. Both
     the sequential loop (:func:`local_train`) and the cohort loop
@@ -55,6 +62,7 @@ class StepTerms:
 
     correction: Optional[dict[str, torch.Tensor]] = None
     prox_mu: float = 0.0
+    grad_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -124,11 +132,11 @@ def local_train(
     """Train ``model`` in place on rows ``indices`` of ``data``.
 
     ``data`` must already live on ``device`` (the worker moves it once). ``terms``: what
-    the local rule adds to each gradient; ``None`` derives FedProx's term from the
-    settings (``rule == "fedprox"``) and adds nothing otherwise.
+    the local rule adds to each gradient (FedProx's term, SCAFFOLD's correction); ``None``
+    adds nothing.
     """
     if terms is None:
-        terms = StepTerms(prox_mu=settings.proximal_mu if settings.rule == "fedprox" else 0.0)
+        terms = StepTerms()
     model.train()
     optimizer = make_optimizer(model.parameters(), settings)
     params = list(model.named_parameters())
@@ -142,6 +150,8 @@ def local_train(
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         total += float(loss.detach())
+        if terms.grad_scale != 1.0:
+            loss = loss * terms.grad_scale
         if anchor is not None:
             penalty = sum((p - a).pow(2).sum() for (_, p), a in zip(params, anchor))
             loss = loss + 0.5 * terms.prox_mu * penalty

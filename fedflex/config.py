@@ -10,15 +10,18 @@ the parts are named by strings that the runner resolves.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, ClassVar, Iterable, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from fedflex.trace import read_trace
+
+logger = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -202,6 +205,33 @@ class ModelConfig:
         _num(path, "hidden", self.hidden, ge=1)
 
 
+class _PartOptions:
+    """Options of one part type, some read only by some of its parts: ``USED_BY`` maps
+    an option to the part names that read it (options not listed are read by all).
+    :meth:`unused` lists the options set away from their default that the chosen part
+    ignores; :func:`load_scenario` warns about each."""
+
+    USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    def _reads(self, option: str) -> bool:
+        owners = self.USED_BY.get(option)
+        return owners is None or self.name in owners
+
+    def unused(self) -> list[tuple[str, Any, tuple[str, ...]]]:
+        """``(option, value, the parts that read it)`` for every option set away from its
+        default that the chosen part ignores."""
+        default = type(self)()
+        return [
+            (option, getattr(self, option), owners)
+            for option, owners in self.USED_BY.items()
+            if getattr(self, option) != getattr(default, option) and not self._reads(option)
+        ]
+
+    def sent(self) -> list[str]:
+        """The fields the chosen part reads (what a train message needs to carry)."""
+        return [f.name for f in dataclasses.fields(self) if self._reads(f.name)]
+
+
 @dataclass
 class ClientConfig:
     """Local training hyper-parameters, shared by every local rule.
@@ -210,7 +240,13 @@ class ClientConfig:
     ``device``: ``auto`` takes CUDA when present, else the CPU. ``num_threads``: torch
     threads per worker; 0 keeps torch's default, which Ray sets to the worker's
     ``simulation.num_cpus`` and the in-process backend leaves at all cores.
+
+    The training fields travel to the clients in every train message
+    (:func:`fedflex.records.to_record` under ``client``); ``device`` and ``num_threads``
+    (``WORKER``) set up the worker process and travel in the task instead.
     """
+
+    WORKER: ClassVar[tuple[str, ...]] = ("device", "num_threads")
 
     epochs: int = 1
     steps: Optional[int] = None
@@ -233,17 +269,20 @@ class ClientConfig:
         _choice(path, "device", self.device, ("auto", "cpu", "cuda"))
         _num(path, "num_threads", self.num_threads, ge=0)
 
+    def training_fields(self) -> list[str]:
+        """The fields a train message carries (all but ``WORKER``)."""
+        return [f.name for f in dataclasses.fields(self) if f.name not in self.WORKER]
+
 
 SAMPLERS = ("uniform", "hics", "pow-d", "clustered")
 AGGREGATORS = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedaware", "bherd")
-SERVER_OPTIMIZERS = ("fedavgm", "fedadam", "fedyogi", "fedadagrad")
 INITIALIZERS = ("previous", "average", "session-aware")
-LOCAL_RULES = ("sgd", "fedprox", "scaffold", "fednova", "bherd", "grab")
+LOCAL_RULES = ("sgd", "fedprox", "scaffold", "fednova", "bherd", "grab", "feddyn", "fedcm")
 BHERD_BASES = ("fedavg", "fednova", "scaffold")
 
 
 @dataclass
-class SamplerConfig:
+class SamplerConfig(_PartOptions):
     """Who trains each round: ``clients_per_round`` (K) drawn from the online clients.
 
     - ``uniform``: without replacement (``weighted``: proportional to data size).
@@ -277,6 +316,13 @@ class SamplerConfig:
     d: int = 0
     explore_first: bool = False
 
+    USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {
+        "weighted": ("uniform",),
+        **{k: ("hics",) for k in ("temperature", "hics_lambda", "gamma0", "num_clusters", "departed", "variant")},
+        "ward": ("hics", "clustered"),
+        "d": ("pow-d",),
+    }
+
     def validate(self, path: str) -> None:
         _choice(path, "name", self.name, SAMPLERS)
         _num(path, "clients_per_round", self.clients_per_round, ge=1)
@@ -298,7 +344,7 @@ class SamplerConfig:
 
 
 @dataclass
-class AggregatorConfig:
+class AggregatorConfig(_PartOptions):
     """How replies become the next model.
 
     - ``fedavg``: x <- x + ``server_lr`` (avg_i x_i - x), avg weighted by examples
@@ -334,6 +380,29 @@ class AggregatorConfig:
     aware_departed: str = "keep"  # offline clients: keep | exclude (from the solve) | drop
     on_model_switch: str = "keep"
 
+    USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {
+        "server_momentum": ("fedavgm",),
+        **{k: ("fedadam", "fedyogi", "fedadagrad") for k in ("beta1", "beta2", "tau")},
+        **{
+            k: ("fedaware", "aware=true")  # or any base with aware: true (see _reads)
+            for k in (
+                "aware_momentum",
+                "aware_normalize",
+                "aware_rescale",
+                "aware_warmup",
+                "aware_iters",
+                "aware_tol",
+                "aware_memory",
+                "aware_layers",
+                "aware_dtype",
+                "aware_departed",
+            )
+        },
+    }
+
+    def _reads(self, option: str) -> bool:
+        return super()._reads(option) or (option.startswith("aware_") and self.aware)
+
     def validate(self, path: str) -> None:
         _choice(path, "name", self.name, AGGREGATORS)
         _num(path, "server_lr", self.server_lr, gt=0)
@@ -352,7 +421,7 @@ class AggregatorConfig:
 
 
 @dataclass
-class InitializerConfig:
+class InitializerConfig(_PartOptions):
     """Where a session starts after churn (the churn paper's plug-in and baselines).
 
     - ``previous``: continue from the latest global model;
@@ -367,6 +436,10 @@ class InitializerConfig:
     gradient_rounds: int = 1
     similarity_scale: float = 10.0
 
+    USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {
+        k: ("session-aware",) for k in ("pilot_sessions", "gradient_rounds", "similarity_scale")
+    }
+
     def validate(self, path: str) -> None:
         _choice(path, "name", self.name, INITIALIZERS)
         _num(path, "pilot_sessions", self.pilot_sessions, ge=1)
@@ -375,7 +448,7 @@ class InitializerConfig:
 
 
 @dataclass
-class LocalRuleConfig:
+class LocalRuleConfig(_PartOptions):
     """What a client sends.
 
     - ``sgd``: plain local training; ``fedprox``: + ``mu``/2 ||w - w_g||^2;
@@ -391,6 +464,15 @@ class LocalRuleConfig:
       blocks (herding then picks blocks); ``bherd_base``: ``fedavg``, ``fednova`` or
       ``scaffold``, the method BHerd is combined with (see ``docs/bherd.md``).
     - ``grab``: GraB-FedAvg, online balancing of the local gradients (aggregator ``bherd``).
+    - ``feddyn``: FedDyn (Acar et al., 2021): the client minimises its loss
+      - <g_k, w> + ``feddyn_alpha``/2 ||w - w_g||^2 with its own g_k kept on the node;
+      the server keeps h and shifts the average by -h / alpha (``strategies/feddyn.py``).
+    - ``fedcm``: FedCM (Xu et al., 2021): local steps along ``fedcm_alpha`` g +
+      (1 - ``fedcm_alpha``) Delta, Delta the server's global momentum.
+
+    The rule's server half sends the options its rule reads (:meth:`sent`) with every
+    train message (:func:`fedflex.records.to_record` under ``local-rule``); the client
+    reads this class back (:func:`fedflex.records.from_record`).
     """
 
     name: str = "sgd"
@@ -400,6 +482,16 @@ class LocalRuleConfig:
     bherd_dtype: str = "float32"
     bherd_max_stored: int = 0
     bherd_base: str = "fedavg"
+    feddyn_alpha: float = 0.01
+    fedcm_alpha: float = 0.1
+
+    USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {
+        "mu": ("fedprox",),
+        **{k: ("bherd",) for k in ("bherd_alpha", "bherd_dtype", "bherd_max_stored")},
+        "bherd_base": ("bherd", "grab"),  # grab refuses any but fedavg (strategies.build)
+        "feddyn_alpha": ("feddyn",),
+        "fedcm_alpha": ("fedcm",),
+    }
 
     def validate(self, path: str) -> None:
         _choice(path, "name", self.name, LOCAL_RULES)
@@ -408,6 +500,8 @@ class LocalRuleConfig:
         _choice(path, "bherd_dtype", self.bherd_dtype, ("float32", "float16", "bfloat16"))
         _num(path, "bherd_max_stored", self.bherd_max_stored, ge=0)
         _choice(path, "bherd_base", self.bherd_base, BHERD_BASES)
+        _num(path, "feddyn_alpha", self.feddyn_alpha, gt=0)
+        _num(path, "fedcm_alpha", self.fedcm_alpha, gt=0, le=1)
 
 
 @dataclass
@@ -738,6 +832,7 @@ def load_scenario(path: Optional[str | Path] = None, overrides: Iterable[str] = 
     if not isinstance(cfg, ScenarioConfig):
         raise ConfigError("scenario", str(path), "did not load as a scenario")
     cfg.validate()
+    warn_unused(cfg)
     if cfg.churn.trace:
         from_file = (
             path is not None and file_trace is not None and not any(o.startswith("churn.trace=") for o in overrides)
@@ -750,6 +845,22 @@ def load_scenario(path: Optional[str | Path] = None, overrides: Iterable[str] = 
         except ValueError as exc:
             raise ConfigError("churn.trace", cfg.churn.trace, str(exc)) from None
     return cfg
+
+
+def warn_unused(cfg: ScenarioConfig) -> list[str]:
+    """Warn (and return the warnings) for every part option set away from its default
+    that the chosen part does not read, e.g. ``strategy.local_rule.mu`` with rule sgd."""
+    said = []
+    for part in ("sampler", "aggregator", "initializer", "local_rule"):
+        options = getattr(cfg.strategy, part)
+        for option, value, owners in options.unused():
+            said.append(
+                f"strategy.{part}.{option}={value} does nothing for {part.replace('_', ' ')} {options.name} "
+                f"(read by: {', '.join(owners)})"
+            )
+    for message in said:
+        logger.warning(message)
+    return said
 
 
 class _DuplicateKey(Exception):

@@ -8,22 +8,11 @@ METRICS = "metrics"
 # ConfigRecord keys (server -> client)
 SERVER_ROUND = "server-round"
 TASK = "task"  # JSON of the dataset / partition / model / training spec
-LOCAL_RULE = "local-rule"
-PROXIMAL_MU = "proximal-mu"
 SEED = "seed"
 WANT_LOSS = "want-loss"  # query: evaluate the sent model on the local data
-EPOCHS = "epochs"
-STEPS = "steps"  # -1: use epochs
-BATCH_SIZE = "batch-size"
-OPTIMIZER = "optimizer"
-LR = "lr"
-MOMENTUM = "momentum"
-WEIGHT_DECAY = "weight-decay"
-FIXED_ORDER = "fixed-order"  # same batch order every round (seed without the round)
-BHERD_ALPHA = "bherd-alpha"  # share of local gradients BHerd selects
-BHERD_DTYPE = "bherd-dtype"  # precision of the stored gradients
-BHERD_MAX_STORED = "bherd-max-stored"  # most gradient rows stored (0: no bound)
-BHERD_BASE = "bherd-base"  # fedavg | fednova | scaffold
+# typed options objects (fedflex.records: "<prefix>.<field-name>" entries)
+CLIENT = "client"  # fedflex.config.ClientConfig's training fields: client.lr, client.epochs, ...
+LOCAL_RULE = "local-rule"  # fedflex.config.LocalRuleConfig: local-rule.name, local-rule.mu, ...
 
 # Further array records in train messages / replies
 SCAFFOLD_C = "scaffold-c"  # server control variate (server -> client)
@@ -31,6 +20,8 @@ SCAFFOLD_DC = "scaffold-dc"  # change of the client's control variate (client ->
 SCAFFOLD_CI = "scaffold-ci"  # the client's control variate (node state)
 HERD_G = "herd-g"  # BHerd / GraB: sum of the selected (uncentred) local gradients (client -> server)
 FEDNOVA_D = "fednova-d"  # FedNova: normalised update (x - y_i) / ||a_i||_1 (client -> server)
+FEDDYN_GRAD = "feddyn-grad"  # FedDyn: the client's gradient state g_k (node state)
+FEDCM_DELTA = "fedcm-delta"  # FedCM: the global momentum Delta (server -> client)
 
 # MetricRecord / ConfigRecord keys (client -> server)
 NUM_EXAMPLES = "num-examples"

@@ -22,9 +22,9 @@ gradient step; buffers (BatchNorm statistics) are averaged from the clients' mod
 FedAvg's, integer counters taken from the first. With alpha = 1 and plain SGD
 (momentum 0) g_i = (w - y_i) / eta, so the step is exactly FedAvg's model average.
 
-:class:`RuleOptions` is the server half that carries a local rule's settings into the
-train messages (``bherd-alpha``, ``fixed-order`` ...) and may wrap another server half
-(SCAFFOLD's control variate for BHerd-SCAFFOLD).
+The local rule's options (``bherd_alpha``, ``bherd_base`` ...) reach the clients through
+the rule's server half (:class:`strategies.parts.ServerRule`; SCAFFOLD's for
+BHerd-SCAFFOLD).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from flwr.common import log
 from fedflex import keys
 from fedflex.arrays import is_float
 from strategies.basic import weighted_average
-from strategies.parts import Aggregator, Arrays, ClientUpdate, RoundContext, ServerRule
+from strategies.parts import Aggregator, Arrays, ClientUpdate
 
 DIVISORS = ("alpha", "reported", "fednova")
 #: warn when the median relative gap between the herded and the full mean gradient
@@ -195,45 +195,3 @@ class BHerdAggregator(Aggregator):
             f"bherd(divisor={self.divisor}, lr={self.lr}, alpha={self.alpha}, "
             f"weighted={self.weighted}, server_lr={self.server_lr})"
         )
-
-
-class RuleOptions(ServerRule):
-    """Adds a local rule's settings to every train message; delegates the rest (payload,
-    observation, state) to ``inner`` when given (e.g. SCAFFOLD's server half)."""
-
-    name = "rule-options"
-
-    def __init__(self, rule: str, options: dict[str, Any], inner: Optional[ServerRule] = None) -> None:
-        self.rule, self.options, self.inner = rule, dict(options), inner
-
-    def bind(self, ctx: RoundContext) -> None:
-        super().bind(ctx)
-        if self.inner is not None:
-            self.inner.bind(ctx)
-
-    def train_config(self, server_round: int) -> dict[str, Any]:
-        extra = self.inner.train_config(server_round) if self.inner is not None else {}
-        return {**self.options, **extra}
-
-    def train_payload(self, server_round: int) -> "dict[str, OrderedDict[str, np.ndarray]]":
-        return self.inner.train_payload(server_round) if self.inner is not None else {}
-
-    def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
-        if self.inner is not None:
-            self.inner.observe(server_round, updates, global_arrays)
-
-    def on_model_switch(self, server_round: int) -> None:
-        if self.inner is not None:
-            self.inner.on_model_switch(server_round)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.inner.state_dict() if self.inner is not None else {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if self.inner is not None:
-            self.inner.load_state_dict(state)
-
-    def summary(self) -> str:
-        shown = ", ".join(f"{k}={v}" for k, v in self.options.items())
-        inner = f" + {self.inner.summary()}" if self.inner is not None else ""
-        return f"{self.rule}({shown}){inner}"

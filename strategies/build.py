@@ -14,13 +14,14 @@ from typing import Callable, Optional
 
 from flwr.common import log
 
-from fedflex import keys
 from fedflex.churn import Availability, SessionTracker
 from fedflex.config import ConfigError, ScenarioConfig
 from strategies.basic import ExploreFirstSampler, FedAvgAggregator, PreviousInitializer, UniformSampler
-from strategies.bherd import BHerdAggregator, RuleOptions
+from strategies.bherd import BHerdAggregator
 from strategies.clustered import ClusteredSampler
 from strategies.fedaware import AWARE_BASES, make_fedaware, with_aware
+from strategies.fedcm import FedCMServer
+from strategies.feddyn import FedDynServer
 from strategies.fedflex import FedFlex
 from strategies.fednova import FedNovaServer
 from strategies.hics import hics_from_config
@@ -120,53 +121,23 @@ def _bherd_aggregator(cfg: ScenarioConfig) -> BHerdAggregator:
     )
 
 
-def _rule_options(cfg: ScenarioConfig) -> dict:
-    """The local rule's settings the train messages carry (server -> client)."""
-    r = cfg.strategy.local_rule
-    options: dict = {keys.FIXED_ORDER: True} if r.bherd_fixed_order else {}
-    if r.name == "bherd":
-        options.update(
-            {
-                keys.BHERD_ALPHA: r.bherd_alpha,
-                keys.BHERD_DTYPE: r.bherd_dtype,
-                keys.BHERD_MAX_STORED: r.bherd_max_stored,
-                keys.BHERD_BASE: r.bherd_base,
-            }
-        )
-    elif r.bherd_base != "fedavg":
-        log(
-            WARNING, "strategy.local_rule.bherd_base=%s is only used by local rule bherd (not %s)", r.bherd_base, r.name
-        )
-    return options
-
-
-def _rule_server(inner: Optional[Callable[[ScenarioConfig], Optional[ServerRule]]] = None):
-    """A server-half factory: ``inner`` (if any), wrapped to carry the rule's options."""
-
-    def make(cfg: ScenarioConfig) -> Optional[ServerRule]:
-        part = inner(cfg) if inner is not None else None
-        options = _rule_options(cfg)
-        return RuleOptions(cfg.strategy.local_rule.name, options, part) if options else part
-
-    return make
-
-
 def _scaffold(cfg: ScenarioConfig) -> ScaffoldServer:
-    return ScaffoldServer(cfg.num_clients, reset_on_switch=_reset(cfg))
+    return ScaffoldServer(cfg.num_clients, reset_on_switch=_reset(cfg), options=cfg.strategy.local_rule)
 
 
-#: server halves of local rules (a factory may return None: the rule needs nothing)
-SERVER_RULES: dict[str, Callable[[ScenarioConfig], Optional[ServerRule]]] = {
-    "sgd": _rule_server(),
-    "fedprox": _rule_server(),
-    "scaffold": _rule_server(_scaffold),
-    "fednova": _rule_server(lambda cfg: FedNovaServer(weighted=cfg.strategy.aggregator.weighted)),
-    "bherd": _rule_server(lambda cfg: _scaffold(cfg) if cfg.strategy.local_rule.bherd_base == "scaffold" else None),
-    "grab": _rule_server(),
+#: server halves of local rules: each sends its rule's options with the train messages
+SERVER_RULES: dict[str, Callable[[ScenarioConfig], ServerRule]] = {
+    "sgd": lambda cfg: ServerRule(cfg.strategy.local_rule),
+    "fedprox": lambda cfg: ServerRule(cfg.strategy.local_rule),
+    "scaffold": _scaffold,
+    "fednova": lambda cfg: FedNovaServer(weighted=cfg.strategy.aggregator.weighted, options=cfg.strategy.local_rule),
+    "bherd": lambda cfg: (
+        _scaffold(cfg) if cfg.strategy.local_rule.bherd_base == "scaffold" else ServerRule(cfg.strategy.local_rule)
+    ),
+    "grab": lambda cfg: ServerRule(cfg.strategy.local_rule),
+    "feddyn": lambda cfg: FedDynServer(cfg.num_clients, reset_on_switch=_reset(cfg), options=cfg.strategy.local_rule),
+    "fedcm": lambda cfg: FedCMServer(cfg.client.lr, reset_on_switch=_reset(cfg), options=cfg.strategy.local_rule),
 }
-
-#: local rules the ClientApp of this version runs
-CLIENT_RULES = ("sgd", "fedprox", "scaffold", "fednova", "bherd", "grab")
 
 #: local rules that upload a selected-gradient sum for aggregator ``bherd``
 HERDING_RULES = ("bherd", "grab")
@@ -193,7 +164,7 @@ def _check_herding(cfg: ScenarioConfig) -> None:
         raise ConfigError(
             "strategy.local_rule.bherd_base", rule.bherd_base, "local rule grab is GraB-FedAvg: only fedavg"
         )
-    if rule.name in HERDING_RULES + ("fednova",) and cfg.client.optimizer != "sgd":
+    if rule.name in HERDING_RULES + ("fednova", "fedcm") and cfg.client.optimizer != "sgd":
         raise ConfigError(
             "client.optimizer",
             cfg.client.optimizer,
@@ -221,15 +192,10 @@ def check_parts(cfg: ScenarioConfig) -> None:
         ("strategy.sampler.name", s.sampler.name, SAMPLERS),
         ("strategy.aggregator.name", s.aggregator.name, AGGREGATORS),
         ("strategy.initializer.name", s.initializer.name, INITIALIZERS),
+        ("strategy.local_rule.name", s.local_rule.name, SERVER_RULES),
     ):
         if name not in registry:
             raise ConfigError(key, name, "not available in this version; available: " + ", ".join(registry))
-    if s.local_rule.name not in CLIENT_RULES:
-        raise ConfigError(
-            "strategy.local_rule.name",
-            s.local_rule.name,
-            "not available in this version; available: " + ", ".join(CLIENT_RULES),
-        )
     if s.aggregator.aware and s.aggregator.name not in AWARE_BASES:
         raise ConfigError(
             "strategy.aggregator.aware",
@@ -259,12 +225,11 @@ def build_strategy(
     global MODEL_INFO
     MODEL_INFO = model_info or ModelInfo()
     s = cfg.strategy
-    rule = SERVER_RULES.get(s.local_rule.name)
     return FedFlex(
         sampler=_sampler(cfg),
         aggregator=AGGREGATORS[s.aggregator.name](cfg),
         initializer=INITIALIZERS[s.initializer.name](cfg),
-        server_rule=rule(cfg) if rule is not None else None,
+        server_rule=SERVER_RULES[s.local_rule.name](cfg),
         num_clients=cfg.num_clients,
         clients_per_round=s.sampler.clients_per_round,
         min_clients=s.sampler.min_clients,

@@ -462,7 +462,14 @@ class FedFlex(Strategy):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.global_arrays = OrderedDict(state["global_arrays"])
         for part in self.parts:
-            part.load_state_dict(state["parts"][type(part).__name__])
+            name = type(part).__name__
+            if name in state["parts"]:
+                part.load_state_dict(state["parts"][name])
+            elif part.state_dict():  # a stateless part may be missing (e.g. a newer part type)
+                raise ValueError(
+                    f"the checkpoint holds no state for part {name} (written by another version "
+                    f"of fedflex, or for other parts: {', '.join(state['parts'])})"
+                )
         self.tracker.load_state_dict(state["tracker"])
         self.sizes = {int(k): int(v) for k, v in state["sizes"].items()}
 

@@ -20,12 +20,13 @@ counters keep the clients' values (averaged by the aggregator).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
 from fedflex import keys
 from fedflex.arrays import is_float
+from fedflex.config import LocalRuleConfig
 from strategies.parts import Arrays, ClientUpdate, ServerRule
 
 
@@ -74,9 +75,10 @@ class FedNovaServer(ServerRule):
     """Replaces the replies' parameters by FedNova's normalised models before the
     aggregator (see the module docstring). ``weighted`` must match the aggregator's."""
 
-    name = "fednova"
+    name = rule = "fednova"
 
-    def __init__(self, weighted: bool = True) -> None:
+    def __init__(self, weighted: bool = True, options: Optional[LocalRuleConfig] = None) -> None:
+        super().__init__(options)
         self.weighted = weighted
         self.tau_eff = 0.0
 
@@ -98,7 +100,7 @@ class FedNovaServer(ServerRule):
             u.arrays = arrays
 
     def summary(self) -> str:
-        return f"fednova(weighted={self.weighted})"
+        return f"fednova(weighted={self.weighted}; {super().summary()})"
 
     def state_dict(self) -> dict[str, Any]:
         return {}

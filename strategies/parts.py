@@ -21,6 +21,10 @@ from typing import Any, Optional, Protocol
 
 import numpy as np
 
+from fedflex import keys
+from fedflex.config import LocalRuleConfig
+from fedflex.records import to_record
+
 Arrays = "OrderedDict[str, np.ndarray]"
 
 
@@ -147,8 +151,25 @@ class Aggregator(Part):
 
 
 class ServerRule(Part):
-    """The server half of a local rule: what the clients need (e.g. SCAFFOLD's server
-    control variate) and what the server learns from their extras before aggregation."""
+    """The server half of a local rule: it adds the rule's options to every train message
+    (one typed object, :class:`~fedflex.config.LocalRuleConfig`, the fields the rule
+    reads, under ``local-rule``), as Flower's FedProx adds its ``proximal-mu``; subclasses
+    add what else the clients need (e.g. SCAFFOLD's server control variate) and learn from
+    their extras before aggregation. The plain class serves rules that need nothing else
+    (``sgd``, ``fedprox``, ``bherd``, ``grab``)."""
+
+    name = "rule"
+    rule = "sgd"  # the local rule this half belongs to: the name of its default options
+
+    def __init__(self, options: Optional[LocalRuleConfig] = None) -> None:
+        self.options = options if options is not None else LocalRuleConfig(name=self.rule)
+
+    def train_config(self, server_round: int) -> dict[str, Any]:
+        return to_record(self.options, keys.LOCAL_RULE, only=self.options.sent())
+
+    def summary(self) -> str:
+        sent = {k[len(keys.LOCAL_RULE) + 1 :]: v for k, v in self.train_config(0).items()}
+        return ", ".join(f"{k}={v}" for k, v in sent.items())
 
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
         """See the round's validated replies (before the aggregator)."""

@@ -12,19 +12,23 @@ own c_i stay: they are client state).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
 from fedflex import keys
 from fedflex.arrays import is_float
+from fedflex.config import LocalRuleConfig
 from strategies.parts import Arrays, ClientUpdate, ServerRule
 
 
 class ScaffoldServer(ServerRule):
-    name = "scaffold"
+    name = rule = "scaffold"
 
-    def __init__(self, num_clients: int, reset_on_switch: bool = False) -> None:
+    def __init__(
+        self, num_clients: int, reset_on_switch: bool = False, options: Optional[LocalRuleConfig] = None
+    ) -> None:
+        super().__init__(options)
         self.num_clients = num_clients
         self.reset_on_switch = reset_on_switch
         self.c: "OrderedDict[str, np.ndarray]" = OrderedDict()
@@ -51,7 +55,7 @@ class ScaffoldServer(ServerRule):
             self.c = OrderedDict()
 
     def summary(self) -> str:
-        return f"scaffold(reset_on_switch={self.reset_on_switch})"
+        return f"scaffold(reset_on_switch={self.reset_on_switch}; {super().summary()})"
 
     def state_dict(self) -> dict[str, Any]:
         return {"c": dict(self.c)}

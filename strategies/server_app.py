@@ -34,6 +34,7 @@ from fedflex.data import FederatedData, load_dataset
 from fedflex.models import build_model, output_bias_key
 from fedflex.partition import partition_data
 from fedflex.progress import Progress
+from fedflex.records import to_record
 from fedflex.results import RunRecorder, default_out_dir, summarize, transition_summary
 from strategies.build import ModelInfo, build_strategy
 from strategies.observers import Checkpointer, RowWriter, RunClock, StopRules, TestSetEvaluation
@@ -56,21 +57,14 @@ def task_json(cfg: ScenarioConfig) -> str:
 
 
 def train_config(cfg: ScenarioConfig) -> ConfigRecord:
-    """The ConfigRecord every train message carries."""
-    c = cfg.client
+    """The ConfigRecord every train message carries: the task, the seed and the local
+    training settings (``client.*``, :func:`fedflex.records.to_record`); the local rule's
+    server half adds the rule's own options each round."""
     return ConfigRecord(
         {
             keys.TASK: task_json(cfg),
             keys.SEED: cfg.seed,
-            keys.EPOCHS: c.epochs,
-            keys.STEPS: -1 if c.steps is None else c.steps,
-            keys.BATCH_SIZE: c.batch_size,
-            keys.OPTIMIZER: c.optimizer,
-            keys.LR: c.lr,
-            keys.MOMENTUM: c.momentum,
-            keys.WEIGHT_DECAY: c.weight_decay,
-            keys.LOCAL_RULE: cfg.strategy.local_rule.name,
-            keys.PROXIMAL_MU: cfg.strategy.local_rule.mu if cfg.strategy.local_rule.name == "fedprox" else 0.0,
+            **to_record(cfg.client, keys.CLIENT, only=cfg.client.training_fields()),
         }
     )
 

@@ -34,9 +34,10 @@ from clients.common import RuleInput
 from clients.fednova import fednova_a_norm, fednova_rule
 from clients.train import TrainSettings
 from fedflex import keys
-from fedflex.config import load_scenario
+from fedflex.config import LocalRuleConfig, load_scenario
 from fedflex.data import ArrayDataset
 from fedflex.launch.local_grid import LocalGrid
+from strategies.parts import ServerRule
 from strategies.server_app import run_server, train_config
 
 # the greedy example worked out on paper: mean (2, 1), centred c1 = (2, 0), c2 = (-1, 2),
@@ -159,7 +160,7 @@ def _tiny(n=6):
     return model, ArrayDataset(x=x, y=y, num_classes=2)
 
 
-def _input(model, data, options=None, **settings):
+def _input(model, data, options=None, rule="sgd", **settings):
     return RuleInput(
         model=model,
         data=data,
@@ -167,14 +168,14 @@ def _input(model, data, options=None, **settings):
         settings=TrainSettings(**settings),
         generator=torch.Generator().manual_seed(0),
         device=torch.device("cpu"),
-        options=options or {},
+        options=LocalRuleConfig(name=rule, **(options or {})),
     )
 
 
 def test_bherd_rule_alpha_one_uploads_the_whole_sgd_displacement():
     model, data = _tiny()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    out = bherd_rule(_input(model, data, {keys.BHERD_ALPHA: 1.0}, batch_size=2, lr=0.1, rule="bherd"))
+    out = bherd_rule(_input(model, data, {"bherd_alpha": 1.0}, batch_size=2, lr=0.1, rule="bherd"))
     g = out.extras[keys.HERD_G]
     for k, p in model.state_dict().items():
         torch.testing.assert_close(before[k] - 0.1 * g[k], p, atol=1e-7, rtol=0)
@@ -187,7 +188,7 @@ def test_bherd_rule_reports_the_mean_gradient_norm_from_the_sgd_displacement():
     # what the client reports; at alpha = 1 the herded mean is that mean (distance 0).
     model, data = _tiny()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    out = bherd_rule(_input(model, data, {keys.BHERD_ALPHA: 1.0}, batch_size=2, lr=0.1, rule="bherd"))
+    out = bherd_rule(_input(model, data, {"bherd_alpha": 1.0}, batch_size=2, lr=0.1, rule="bherd"))
     moved = torch.cat([(before[k] - p).flatten() for k, p in model.state_dict().items()])
     expected = float(torch.linalg.vector_norm(moved)) / (0.1 * 3)
     assert out.metrics[keys.HERD_MEAN_NORM] == pytest.approx(expected, rel=1e-5)
@@ -196,7 +197,7 @@ def test_bherd_rule_reports_the_mean_gradient_norm_from_the_sgd_displacement():
 
 def test_bherd_rule_half_selects_round_half_of_the_steps():
     model, data = _tiny(10)
-    out = bherd_rule(_input(model, data, {keys.BHERD_ALPHA: 0.5}, batch_size=2, lr=0.1, rule="bherd"))
+    out = bherd_rule(_input(model, data, {"bherd_alpha": 0.5}, batch_size=2, lr=0.1, rule="bherd"))
     assert (out.metrics[keys.HERD_TAU], out.metrics[keys.HERD_K]) == (5, 3)  # 2.5 rounds up
     assert out.metrics[keys.HERD_ALPHA_I] == pytest.approx(0.6)
 
@@ -298,8 +299,7 @@ def test_grab_reports_the_weighted_share_it_divides_by(tmp_path):
 def _train_message(cfg, model, server_round):
     config = train_config(cfg)
     config[keys.SERVER_ROUND] = server_round
-    for k, v in ({keys.FIXED_ORDER: True} if cfg.strategy.local_rule.bherd_fixed_order else {}).items():
-        config[k] = v
+    config.update(ServerRule(cfg.strategy.local_rule).train_config(server_round))
     content = RecordDict({keys.ARRAYS: ArrayRecord(model), keys.CONFIG: config})
     return Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN)
 

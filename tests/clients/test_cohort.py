@@ -26,6 +26,7 @@ from fedflex.data import ArrayDataset
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.models import build_model
 from fedflex.results import read_metrics
+from strategies.parts import ServerRule
 from strategies.server_app import run_server, train_config
 
 TOL_PARAM = 2e-5
@@ -200,7 +201,7 @@ def _train_messages(cfg, grid, rule_payload=None):
     content = RecordDict({keys.ARRAYS: ArrayRecord({k: v.detach() for k, v in model.state_dict().items()})})
     for name, tensors in (rule_payload or {}).items():
         content[name] = ArrayRecord(tensors)
-    config = ConfigRecord(dict(train_config(cfg)))
+    config = ConfigRecord({**train_config(cfg), **ServerRule(cfg.strategy.local_rule).train_config(1)})
     config[keys.SERVER_ROUND] = 1
     content[keys.CONFIG] = config
     return model, [
@@ -208,7 +209,7 @@ def _train_messages(cfg, grid, rule_payload=None):
     ]
 
 
-@pytest.mark.parametrize("rule", ["sgd", "fedprox", "scaffold", "fednova"])
+@pytest.mark.parametrize("rule", ["sgd", "fedprox", "scaffold", "fednova", "feddyn", "fedcm"])
 def test_cohort_replies_carry_the_sequential_replies_records(rule):
     # Prepare: the same messages through a plain grid and a cohort grid
     cfg = load_scenario(None, BASE + [f"strategy.local_rule.name={rule}", "strategy.local_rule.mu=0.1"])
@@ -218,6 +219,9 @@ def test_cohort_replies_carry_the_sequential_replies_records(rule):
     if rule == "scaffold":
         model = runtime.get_task(str(train_config(cfg)[keys.TASK])).model
         payload = {keys.SCAFFOLD_C: {k: torch.full_like(p, 0.01) for k, p in model.named_parameters()}}
+    if rule == "fedcm":
+        model = runtime.get_task(str(train_config(cfg)[keys.TASK])).model
+        payload = {keys.FEDCM_DELTA: {k: torch.full_like(p, 0.01) for k, p in model.named_parameters()}}
     replies = []
     for grid in (plain, cohort):
         _, messages = _train_messages(cfg, grid, payload)
@@ -239,10 +243,11 @@ def test_cohort_replies_carry_the_sequential_replies_records(rule):
             assert list(ra) == list(rb)
             for k in ra:
                 assert torch.allclose(ra[k], rb[k], atol=1e-4, rtol=0), (name, k)
-    if rule == "scaffold":  # the node state holds c_i on both paths
+    state = {"scaffold": keys.SCAFFOLD_CI, "feddyn": keys.FEDDYN_GRAD}.get(rule)
+    if state is not None:  # the node state holds c_i / g_k on both paths
         for ctx_a, ctx_b in zip(plain.contexts.values(), cohort.contexts.values()):
-            ca = ctx_a.state[keys.SCAFFOLD_CI].to_torch_state_dict()
-            cb = ctx_b.state[keys.SCAFFOLD_CI].to_torch_state_dict()
+            ca = ctx_a.state[state].to_torch_state_dict()
+            cb = ctx_b.state[state].to_torch_state_dict()
             assert all(torch.allclose(ca[k], cb[k], atol=1e-4) for k in ca)
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from clients.train import TrainSettings, batch_order, local_train
+from clients.train import StepTerms, TrainSettings, batch_order, local_train
 from fedflex.data import ArrayDataset
 from fedflex.evaluation import evaluate
 
@@ -53,8 +53,8 @@ def test_one_sgd_step_by_hand():
     assert (res.num_examples, res.num_steps) == (1, 1)
 
 
-@pytest.mark.parametrize("rule, mu", [("sgd", 0.0), ("fedprox", 0.5)])
-def test_second_step_adds_the_proximal_gradient(rule, mu):
+@pytest.mark.parametrize("mu", [0.0, 0.5])
+def test_second_step_adds_the_proximal_gradient(mu):
     # after step 1: w = (1/2, -1/2), b = (1/2, -1/2): logits (1, -1)
     # p0 = e/(e + 1/e); grad_w0 = (p0 - 1) * 1 + mu * (w0 - 0) = (p0 - 1) + mu/2
     p0 = math.e / (math.e + math.exp(-1))
@@ -64,9 +64,10 @@ def test_second_step_adds_the_proximal_gradient(rule, mu):
         model,
         _one_example_data(),
         torch.tensor([0]),
-        TrainSettings(steps=2, batch_size=1, lr=1.0, rule=rule, proximal_mu=mu),
+        TrainSettings(steps=2, batch_size=1, lr=1.0),
         torch.Generator().manual_seed(0),
         torch.device("cpu"),
+        StepTerms(prox_mu=mu),
     )
     assert float(model.weight.detach()[0, 0]) == pytest.approx(expected_w0, rel=1e-6)
 

@@ -11,7 +11,7 @@ import pytest
 from fedflex import keys
 from fedflex.config import ConfigError, load_scenario
 from strategies.basic import FedAvgAggregator
-from strategies.bherd import BHerdAggregator, RuleOptions, bherd_coefficients
+from strategies.bherd import BHerdAggregator, bherd_coefficients
 from strategies.build import build_strategy, check_parts
 from strategies.fednova import FedNovaServer, fednova_step
 from strategies.parts import ClientUpdate
@@ -195,8 +195,9 @@ def test_bherd_on_scaffold_carries_options_and_the_control_variate():
     )
     strategy = build_strategy(cfg, None)
     rule = strategy.server_rule
-    assert isinstance(rule, RuleOptions) and isinstance(rule.inner, ScaffoldServer)
-    assert rule.train_config(1)[keys.BHERD_ALPHA] == 0.3 and rule.train_config(1)[keys.BHERD_BASE] == "scaffold"
+    assert isinstance(rule, ScaffoldServer)
+    sent = rule.train_config(1)
+    assert sent["local-rule.bherd-alpha"] == 0.3 and sent["local-rule.bherd-base"] == "scaffold"
     assert isinstance(strategy.aggregator, BHerdAggregator) and strategy.aggregator.divisor == "alpha"
 
 
@@ -214,5 +215,7 @@ def test_divisor_follows_the_local_rule(rule, base, divisor):
     assert build_strategy(cfg, None).aggregator.divisor == divisor
 
 
-def test_plain_fedavg_gets_no_server_rule():
-    assert build_strategy(load_scenario(None, BASE), None).server_rule is None
+def test_plain_fedavg_sends_only_the_options_sgd_reads():
+    # sgd reads no option of its own: its server half sends the name and the batch order
+    rule = build_strategy(load_scenario(None, BASE + ["strategy.local_rule.mu=0.3"]), None).server_rule
+    assert rule.train_config(1) == {"local-rule.name": "sgd", "local-rule.bherd-fixed-order": False}

@@ -1,0 +1,78 @@
+"""FedCM's server half: the global momentum Delta.
+
+Xu, Wang, Wang & Yao, "FedCM: Federated Learning with Client-level Momentum", 2021,
+https://arxiv.org/abs/2106.10874 (Algorithm 1). The client half is :mod:`clients.fedcm`.
+
+The server sends Delta_t (zeros at first, shaped like the model's float arrays) with
+every train message (``fedcm-delta``) and, after the round, sets
+
+    Delta_{t+1} = (1/|S|) sum_{i in S} (x_t - y_i) / (lr K_i),
+
+the mean per-step direction of the replies (K_i: client i's local steps, ``lr``: the
+client learning rate). The model step x_{t+1} = x_t - eta_g Delta_{t+1} is the
+aggregator's: FedAvg with ``server_lr`` s is eta_g = s lr K (for equal K_i; with
+``weighted: false`` the paper's plain mean). ``reset_on_switch``: Delta back to zero when
+an initializer replaces the model.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Optional
+
+import numpy as np
+
+from fedflex import keys
+from fedflex.arrays import is_float
+from fedflex.config import LocalRuleConfig
+from strategies.parts import Arrays, ClientUpdate, ServerRule
+
+
+def fedcm_delta(updates: list[Arrays], steps: list[int], start: Arrays, lr: float) -> Arrays:
+    """(1/|S|) sum_i (x - y_i) / (lr K_i) over the float arrays (clients with K_i = 0 count as 0)."""
+    out = OrderedDict()
+    for k, x in start.items():
+        if not is_float(x):
+            continue
+        total = np.zeros(x.shape, dtype=np.float64)
+        for u, n in zip(updates, steps):
+            if n > 0:
+                total += (x - np.asarray(u[k], dtype=np.float64)) / (lr * n)
+        out[k] = (total / len(updates)).astype(np.float32)
+    return out
+
+
+class FedCMServer(ServerRule):
+    name = rule = "fedcm"
+
+    def __init__(self, lr: float, reset_on_switch: bool = False, options: Optional[LocalRuleConfig] = None) -> None:
+        super().__init__(options)
+        self.lr = lr
+        self.reset_on_switch = reset_on_switch
+        self.delta: Arrays = OrderedDict()
+
+    def train_payload(self, server_round: int) -> dict[str, Arrays]:
+        if not self.delta:
+            self.delta = OrderedDict(
+                (k, np.zeros(v.shape, dtype=np.float32)) for k, v in self.ctx.global_arrays.items() if is_float(v)
+            )
+        return {keys.FEDCM_DELTA: self.delta}
+
+    def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
+        if not updates:
+            return
+        steps = [int(u.metrics.get(keys.NUM_STEPS, 0)) for u in updates]
+        self.delta = fedcm_delta([u.arrays for u in updates], steps, global_arrays, self.lr)
+
+    def on_model_switch(self, server_round: int) -> None:
+        if self.reset_on_switch:
+            self.delta = OrderedDict()
+
+    def summary(self) -> str:
+        return f"fedcm(lr={self.lr}, reset_on_switch={self.reset_on_switch}; {super().summary()})"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"delta": dict(self.delta)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.delta = OrderedDict(state["delta"])
