@@ -47,18 +47,30 @@ FEDYOGI = [
 ]
 FEDPROX = ["strategy.aggregator.name=fedavg", "strategy.local_rule.name=fedprox", "strategy.local_rule.mu=0.01"]
 AWARE = ["strategy.aggregator.aware=true"]
+# FedCM's alpha and FedDyn's alpha: the defaults of their papers (FedAWARE tuned them on
+# the grids {0.1, 0.3, ..., 0.9} and {0.1, 0.01, 0.001}); FedDyn averages plainly
+FEDCM = ["strategy.aggregator.name=fedavg", "strategy.local_rule.name=fedcm", "strategy.local_rule.fedcm_alpha=0.1"]
+FEDDYN = [
+    "strategy.aggregator.name=fedavg",
+    "strategy.aggregator.weighted=false",
+    "strategy.local_rule.name=feddyn",
+    "strategy.local_rule.feddyn_alpha=0.01",
+]
 
 #: method -> (overrides, paper CIFAR-10 accuracy %, paper CIFAR-10 e-LUDD)
 METHODS: dict[str, tuple[list[str], Optional[float], Optional[float]]] = {
     "fedavg": (["strategy.aggregator.name=fedavg"], 42.78, 2.58),
     "fedavgm": (FEDAVGM, 50.07, 2.17),
     "fedprox": (FEDPROX, 46.33, 2.81),
+    "fedcm": (FEDCM, 47.84, 2.99),
+    "feddyn": (FEDDYN, 54.87, None),
     "fedyogi": (FEDYOGI, 54.62, 2.47),
     "fedaware": (["strategy.aggregator.name=fedaware"], 59.78, 2.90),
     "fedavg-aware": (["strategy.aggregator.name=fedavg", *AWARE], 49.25, 3.08),
     "fedavgm-aware": ([*FEDAVGM, *AWARE], 59.58, 2.92),
     # not in the default list
     "fedprox-aware": ([*FEDPROX, *AWARE], 49.40, 2.87),
+    "fedcm-aware": ([*FEDCM, *AWARE], 49.13, 3.09),
     "fedyogi-aware": ([*FEDYOGI, *AWARE], 54.92, 2.66),
     "fedaware-raw": (["strategy.aggregator.name=fedaware", "strategy.aggregator.aware_normalize=false"], None, None),
     "fedaware-rescale": (["strategy.aggregator.name=fedaware", "strategy.aggregator.aware_rescale=true"], None, None),
