@@ -189,7 +189,7 @@ class ModelConfig:
 
     name: str = "logreg"
     norm: str = "batch"  # resnet18 only: batch | group
-    hidden: int = 200  # mlp only
+    hidden: Any = 200  # mlp only: one width, or a list of widths ([200, 200]: FedAWARE's MLP)
     loss: str = "cross-entropy"
 
     def validate(self, path: str) -> None:
@@ -202,7 +202,13 @@ class ModelConfig:
                 "model svm has one output (a binary scorer): use squared-hinge",
             )
         _choice(path, "norm", self.norm, ("batch", "group"))
-        _num(path, "hidden", self.hidden, ge=1)
+        widths = list(self.hidden) if isinstance(self.hidden, (list, tuple, ListConfig)) else [self.hidden]
+        if not widths or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in widths):
+            raise ConfigError(
+                _join(path, "hidden"), self.hidden, "one integer >= 1 or a non-empty list of them (mlp layer widths)"
+            )
+        if isinstance(self.hidden, ListConfig):
+            self.hidden = list(self.hidden)
 
 
 class _PartOptions:

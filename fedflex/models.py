@@ -14,8 +14,9 @@ Models and where they come from:
   arXiv 1812.06127) on Synthetic(alpha, beta) (d = 60, C = 10).
 - ``linear``: the churn paper's model, ``flatten -> Linear(784, 10) -> log_softmax``
   (any input size: d = prod(input_shape)).
-- ``mlp``: ``flatten -> Linear(d, hidden) -> ReLU -> Linear(hidden, C)``
-  (``ModelConfig.hidden``), a generic baseline.
+- ``mlp``: ``flatten -> Linear(d, h) -> ReLU [-> Linear(h, h2) -> ReLU ...] -> Linear(., C)``
+  (``ModelConfig.hidden``: one width or a list; ``[200, 200]`` is FedAWARE's MLP
+  784-200-200-10), a generic baseline.
 - ``cnn-fmnist``: HiCS-FL's FMNIST CNN (Chen et al., "Heterogeneity-Guided Client
   Sampling", arXiv 2310.00198, Appendix): two 5x5 conv layers, two 2x2 max-pools, one
   fully-connected layer. The paper gives no channel counts; we use 16 then 32.
@@ -162,11 +163,17 @@ def _linear(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) ->
 
 
 def _mlp(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """``flatten -> Linear(d, hidden) -> ReLU -> Linear(hidden, C)``; returns logits."""
-    if cfg.hidden < 1:
-        raise ValueError(f"model 'mlp': hidden = {cfg.hidden!r} must be >= 1")
-    body = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), cfg.hidden), nn.ReLU())
-    return Classifier(body, nn.Linear(cfg.hidden, num_classes))
+    """``flatten -> (Linear -> ReLU) per hidden width -> Linear(last, C)``; returns logits.
+    ``hidden``: one width (``200``) or a list (``[200, 200]``: FedAWARE's 784-200-200-10)."""
+    widths = list(cfg.hidden) if isinstance(cfg.hidden, (list, tuple)) else [cfg.hidden]
+    if not widths or any(int(w) < 1 for w in widths):
+        raise ValueError(f"model 'mlp': hidden = {cfg.hidden!r}: widths must be >= 1")
+    layers: list[nn.Module] = [nn.Flatten()]
+    width = math.prod(input_shape)
+    for w in widths:
+        layers += [nn.Linear(width, int(w)), nn.ReLU()]
+        width = int(w)
+    return Classifier(nn.Sequential(*layers), nn.Linear(width, num_classes))
 
 
 def _cnn_fmnist_side(side: int) -> int:

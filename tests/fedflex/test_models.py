@@ -225,3 +225,22 @@ def test_same_seed_builds_identical_models(name, shape, classes):
     # Assert
     assert first.keys() == second.keys()
     assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_mlp_with_a_list_of_widths_is_fedawares_784_200_200_10():
+    # (784 * 200 + 200) + (200 * 200 + 200) + (200 * 10 + 10) = 157,000 + 40,200 + 2,010
+    cfg = config.ModelConfig(name="mlp", hidden=[200, 200])
+    model = build_model(cfg, (1, 28, 28), 10)
+    assert sum(p.numel() for p in model.parameters()) == 199_210
+
+
+def test_mlp_with_one_width_keeps_one_hidden_layer():
+    # 784 * 50 + 50 + 50 * 10 + 10 = 39,200 + 50 + 500 + 10
+    model = build_model(config.ModelConfig(name="mlp", hidden=50), (1, 28, 28), 10)
+    assert sum(p.numel() for p in model.parameters()) == 39_760
+
+
+@pytest.mark.parametrize("hidden", ["[]", "0", "[200,-1]", "abc"])
+def test_mlp_widths_that_are_not_positive_integers_are_refused(hidden):
+    with pytest.raises(config.ConfigError, match="model.hidden"):
+        config.load_scenario(None, ["model.name=mlp", f"model.hidden={hidden}"])
