@@ -380,6 +380,8 @@ class AggregatorConfig(_PartOptions):
     aware_warmup: bool = True
     aware_iters: int = 250
     aware_tol: float = 1e-5
+    aware_solver: str = "frank-wolfe"  # frank-wolfe (the authors') | away-steps (converges: docs/fedaware.md)
+    aware_gap_tol: float = 1e-6  # away-steps: stop at this relative duality gap
     aware_memory: str = "full"
     aware_layers: int = 2  # last-layers memory: the last K float tensors (2: the output layer)
     aware_dtype: str = "float32"
@@ -398,6 +400,8 @@ class AggregatorConfig(_PartOptions):
                 "aware_warmup",
                 "aware_iters",
                 "aware_tol",
+                "aware_solver",
+                "aware_gap_tol",
                 "aware_memory",
                 "aware_layers",
                 "aware_dtype",
@@ -419,6 +423,8 @@ class AggregatorConfig(_PartOptions):
         _num(path, "aware_momentum", self.aware_momentum, gt=0, le=1)
         _num(path, "aware_iters", self.aware_iters, ge=1)
         _num(path, "aware_tol", self.aware_tol, gt=0)
+        _choice(path, "aware_solver", self.aware_solver, ("frank-wolfe", "away-steps"))
+        _num(path, "aware_gap_tol", self.aware_gap_tol, ge=0)
         _choice(path, "aware_memory", self.aware_memory, ("full", "last-layers"))
         _choice(path, "aware_dtype", self.aware_dtype, ("float32", "float16", "bfloat16"))
         _num(path, "aware_layers", self.aware_layers, ge=1)

@@ -60,6 +60,8 @@ AWARE_BASES = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
 MOMENTUM_DTYPES = ("float32", "float16", "bfloat16")
 #: what happens to the momentum of a client that is offline
 DEPARTED = ("keep", "exclude", "drop")
+#: min-norm solvers (:func:`min_norm_weights`, :func:`min_norm_away_steps`)
+SOLVERS = ("frank-wolfe", "away-steps")
 #: weights above this count as "nonzero" in the round metrics
 NONZERO_WEIGHT = 1e-6
 
@@ -152,11 +154,23 @@ def best_pair(
 
 @dataclass
 class MinNormResult:
-    """Frank-Wolfe's answer: the weights, ||sum_i w_i v_i||^2 and the iterations run."""
+    """A min-norm solve's answer: the weights, ||sum_i w_i v_i||^2, the iterations run,
+    and the Frank-Wolfe duality gap lambda.M.lambda - min_i (M lambda)_i at the answer
+    (>= 0; ``value`` exceeds the optimum by at most twice the gap)."""
 
     weights: np.ndarray
     value: float
     iterations: int
+    gap: float = 0.0
+
+    @property
+    def relative_gap(self) -> float:
+        """gap / value (0 when the value is 0): what ``aware_gap`` reports."""
+        return self.gap / self.value if self.value > 0 else 0.0
+
+
+def _gap(lam: np.ndarray, ml: np.ndarray) -> float:
+    return max(float(lam @ ml) - float(ml.min()), 0.0)
 
 
 def min_norm_weights(
@@ -214,7 +228,72 @@ def min_norm_weights(
         lam, ml = new, c * ml + (1.0 - c) * column(t)
         if change < tol:
             break
-    return MinNormResult(lam, max(float(lam @ ml), 0.0), k)
+    return MinNormResult(lam, max(float(lam @ ml), 0.0), k, _gap(lam, ml))
+
+
+def min_norm_away_steps(
+    gram: np.ndarray, iters: int = 250, gap_tol: float = 1e-6, scale: Optional[np.ndarray] = None
+) -> MinNormResult:
+    """argmin_{lambda in simplex} lambda.M.lambda by Frank-Wolfe with away steps.
+
+    Plain Frank-Wolfe (:func:`min_norm_weights`) converges like 1/k and, capped at a few
+    hundred iterations, can stop far from the optimum; with away steps (Guelat & Marcotte,
+    1986; Lacoste-Julien & Jaggi, "On the Global Linear Convergence of Frank-Wolfe
+    Optimization Variants", NeurIPS 2015) it converges linearly on the simplex. Each
+    iteration, from the same start (:func:`best_pair`): the Frank-Wolfe vertex
+    t = argmin_i (M lambda)_i and the away vertex a = argmax over the support; the
+    direction with the larger gap (e_t - lambda, or lambda - e_a, whose step is capped at
+    lambda_a / (1 - lambda_a) so that lambda stays in the simplex), with the exact line
+    search of the quadratic. Stops when the duality gap lambda.M.lambda - min_i (M lambda)_i
+    is at most ``gap_tol`` x lambda.M.lambda (a certificate: the value is then within
+    2 x ``gap_tol`` of the optimum, relatively), or after ``iters`` iterations. One
+    iteration costs one column of M, as Frank-Wolfe's does.
+    """
+    gram = np.asarray(gram)
+    if gram.ndim != 2 or gram.shape[0] != gram.shape[1] or gram.shape[0] == 0:
+        raise ValueError(f"gram must be a non-empty square matrix, got shape {gram.shape}")
+    n = gram.shape[0]
+    if n == 1:
+        value = float(gram[0, 0]) * (float(scale[0]) ** 2 if scale is not None else 1.0)
+        return MinNormResult(np.ones(1), value, 0)
+    column = _scaled_gram(gram, scale)
+    diag = np.diag(gram) * (scale * scale if scale is not None else 1.0)
+    i, j, c, _ = best_pair(gram, scale)
+    lam = np.zeros(n)
+    lam[i], lam[j] = c, 1.0 - c
+    ml = c * column(i) + (1.0 - c) * column(j)
+    k = 0
+    for k in range(1, iters + 1):
+        value = float(lam @ ml)
+        t = int(np.argmin(ml))
+        fw_gap = value - float(ml[t])
+        if fw_gap <= gap_tol * max(value, 0.0):
+            k -= 1
+            break
+        support = np.flatnonzero(lam > 0)
+        a = int(support[np.argmax(ml[support])])
+        away_gap = float(ml[a]) - value
+        if fw_gap >= away_gap:  # toward e_t: d = e_t - lambda, M d = M e_t - M lambda
+            md = column(t) - ml
+            slope, curve, cap = -fw_gap, float(diag[t]) - 2.0 * float(ml[t]) + value, 1.0
+            vertex, toward = t, True
+        else:  # away from e_a: d = lambda - e_a, M d = M lambda - M e_a
+            md = ml - column(a)
+            slope, curve = -away_gap, value - 2.0 * float(ml[a]) + float(diag[a])
+            cap = lam[a] / (1.0 - lam[a]) if lam[a] < 1.0 else math.inf
+            vertex, toward = a, False
+        step = cap if curve <= 0 else min(cap, -slope / curve)
+        if toward:
+            lam *= 1.0 - step
+            lam[vertex] += step
+        else:
+            lam *= 1.0 + step
+            lam[vertex] -= step
+            if step == cap:
+                lam[vertex] = 0.0  # a drop step: e_a leaves the support exactly
+        np.clip(lam, 0.0, None, out=lam)
+        ml = ml + step * md
+    return MinNormResult(lam, max(float(lam @ ml), 0.0), k, _gap(lam, ml))
 
 
 def lambda_entropy(weights: np.ndarray) -> float:
@@ -324,7 +403,11 @@ class AwareCore:
         until every client has trained once), then AWARE; False: AWARE from the first
         round over the clients that have a momentum.
     iters, tol
-        Frank-Wolfe iteration cap and stopping threshold.
+        Iteration cap (both solvers) and Frank-Wolfe's threshold on ||delta lambda||_1.
+    solver, gap_tol
+        ``frank-wolfe`` (the spec's and the authors' solver, :func:`min_norm_weights`) or
+        ``away-steps`` (:func:`min_norm_away_steps`, which stops at a relative duality gap
+        of ``gap_tol``). Both report the gap they reach (``aware_gap``).
     memory
         ``full``: momenta of the whole model. ``last-layers``: momenta (and the solve) of
         the last ``layers`` float tensors only; the step then weights this round's uploads
@@ -351,12 +434,16 @@ class AwareCore:
         warmup: bool = True,
         iters: int = 250,
         tol: float = 1e-5,
+        solver: str = "frank-wolfe",
+        gap_tol: float = 1e-6,
         memory: str = "full",
         layers: int = 2,
         dtype: str = "float32",
         departed: str = "keep",
         reset_on_switch: bool = False,
     ) -> None:
+        if solver not in SOLVERS:
+            raise ValueError(f"solver {solver!r}: must be one of {', '.join(SOLVERS)}")
         if memory not in ("full", "last-layers"):
             raise ValueError(f"memory {memory!r}: must be full or last-layers")
         if departed not in DEPARTED:
@@ -367,7 +454,7 @@ class AwareCore:
             raise ValueError(f"dtype {dtype!r}: must be one of {', '.join(MOMENTUM_DTYPES)}")
         self.num_clients = num_clients
         self.momentum, self.normalize, self.warmup = momentum, normalize, warmup
-        self.iters, self.tol = iters, tol
+        self.iters, self.tol, self.solver, self.gap_tol = iters, tol, solver, gap_tol
         self.memory, self.layers, self.dtype = memory, layers, dtype
         self.departed, self.reset_on_switch = departed, reset_on_switch
         self.store: Optional[MomentumStore] = None
@@ -529,7 +616,10 @@ class AwareCore:
         if self.normalize:
             norms = np.sqrt(np.maximum(np.diag(gram), 0.0))
             scale = np.where(norms > 0, 1.0 / np.where(norms > 0, norms, 1.0), 1.0)
-        res = min_norm_weights(gram, self.iters, self.tol, scale)
+        if self.solver == "away-steps":
+            res = min_norm_away_steps(gram, self.iters, self.gap_tol, scale)
+        else:
+            res = min_norm_weights(gram, self.iters, self.tol, scale)
         lam = np.zeros(self.num_clients)
         lam[active_ids] = res.weights
         self.last_weights = lam
@@ -544,6 +634,7 @@ class AwareCore:
             aware_nonzero=int((res.weights > NONZERO_WEIGHT).sum()),
             aware_entropy=lambda_entropy(res.weights),
             aware_fw_iters=res.iterations,
+            aware_gap=res.relative_gap,
             aware_min_norm=math.sqrt(res.value),
             aware_d_norm=float(np.linalg.norm(d)),
             aware_solve_s=time.perf_counter() - t0,
@@ -595,7 +686,7 @@ class AwareCore:
         return (
             f"momentum={self.momentum}, normalize={self.normalize}, warmup={self.warmup}, "
             f"memory={self.memory}{f'({self.layers})' if self.memory == 'last-layers' else ''}, "
-            f"dtype={self.dtype}, departed={self.departed}, iters={self.iters}, tol={self.tol}"
+            f"dtype={self.dtype}, departed={self.departed}, solver={self.solver}, iters={self.iters}, tol={self.tol}"
         )
 
 
@@ -753,6 +844,8 @@ def _core_kwargs(cfg: "ScenarioConfig") -> dict[str, Any]:
         "warmup": a.aware_warmup,
         "iters": a.aware_iters,
         "tol": a.aware_tol,
+        "solver": a.aware_solver,
+        "gap_tol": a.aware_gap_tol,
         "memory": a.aware_memory,
         "layers": a.aware_layers,
         "dtype": a.aware_dtype,
