@@ -41,7 +41,8 @@ def main() -> None:
     solvers = {
         "frank-wolfe, 250 (default)": lambda g, s: min_norm_weights(g, 250, 1e-5, s),
         "frank-wolfe, 1000": lambda g, s: min_norm_weights(g, 1000, 1e-5, s),
-        "away-steps, gap 1e-6": lambda g, s: min_norm_away_steps(g, 250, 1e-6, s),
+        "away-steps, cap 250, gap 1e-6": lambda g, s: min_norm_away_steps(g, 250, 1e-6, s),
+        "away-steps, gap 1e-6 (default)": lambda g, s: min_norm_away_steps(g, 10_000, 1e-6, s),
         "away-steps, gap 1e-9, cap 5000": lambda g, s: min_norm_away_steps(g, 5000, 1e-9, s),
     }
     print(f"{'N':>6} {'solver':>32} {'iters':>6} {'seconds':>8} {'value':>12} {'excess':>9} {'rel. gap':>9}")

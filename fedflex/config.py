@@ -378,7 +378,7 @@ class AggregatorConfig(_PartOptions):
     aware_normalize: bool = False
     aware_rescale: bool = False
     aware_warmup: bool = True
-    aware_iters: int = 250
+    aware_iters: Optional[int] = None  # solver cap; unset: 250 (frank-wolfe, the authors'), 10,000 (away-steps)
     aware_tol: float = 1e-5
     aware_solver: str = "frank-wolfe"  # frank-wolfe (the authors') | away-steps (converges: docs/fedaware.md)
     aware_gap_tol: float = 1e-6  # away-steps: stop at this relative duality gap
@@ -421,7 +421,7 @@ class AggregatorConfig(_PartOptions):
         _num(path, "beta2", self.beta2, ge=0, lt=1)
         _num(path, "tau", self.tau, gt=0)
         _num(path, "aware_momentum", self.aware_momentum, gt=0, le=1)
-        _num(path, "aware_iters", self.aware_iters, ge=1)
+        _num(path, "aware_iters", self.aware_iters, ge=1, optional=True)
         _num(path, "aware_tol", self.aware_tol, gt=0)
         _choice(path, "aware_solver", self.aware_solver, ("frank-wolfe", "away-steps"))
         _num(path, "aware_gap_tol", self.aware_gap_tol, ge=0)
