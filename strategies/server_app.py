@@ -34,7 +34,7 @@ from fedflex.data import FederatedData, load_dataset
 from fedflex.models import build_model, output_bias_key
 from fedflex.partition import partition_data
 from fedflex.progress import Progress
-from fedflex.results import RunRecorder, default_out_dir, summarize, transition_summary
+from fedflex.results import RunRecorder, default_out_dir, summarize, transition_summary, unusable_out_dir
 from strategies.build import ModelInfo, build_strategy
 from strategies.observers import Checkpointer, RowWriter, RunClock, StopRules, TestSetEvaluation
 
@@ -261,6 +261,29 @@ def make_server_app(
     return server_app
 
 
+class RunConfigError(ValueError):
+    """A run config (``flwr run --run-config``) that cannot be run; nothing was written."""
+
+
+def results_dir(run_config: Any, name: str) -> Path:
+    """Where a ``flwr run`` writes its results: ``out``, or ``runs/<name>-<timestamp>``.
+
+    The same contract as ``fedflex run --out``: a new or empty directory that can be
+    written; earlier results are never overwritten.
+
+    Raises
+    ------
+    RunConfigError
+        When the directory exists and is not empty, or cannot be created or written.
+    """
+    out = str(run_config.get("out", "")) or None
+    path = Path(out) if out else default_out_dir(name)
+    problem = unusable_out_dir(path, option="out=")
+    if problem:
+        raise RunConfigError(problem)
+    return path
+
+
 app = ServerApp()
 
 
@@ -271,5 +294,4 @@ def main(grid: Grid, context: Context) -> None:
     scenario = str(run_config.get("scenario", "scenarios/quickstart.yaml"))
     overrides = shlex.split(str(run_config.get("overrides", "")))
     cfg = load_scenario(scenario, overrides)
-    out = str(run_config.get("out", "")) or None
-    run_server(grid, cfg, Path(out) if out else default_out_dir(cfg.name))
+    run_server(grid, cfg, results_dir(run_config, cfg.name))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from fedflex.config import ConfigError, load_scenario
-from fedflex.results import default_out_dir
+from fedflex.results import default_out_dir, unusable_out_dir
 
 EXIT_USAGE = 2
 EXIT_DIVERGED = 3
@@ -85,7 +85,7 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(f"config error: {exc}")
     out = Path(args.out) if args.out else (Path(cfg.output.dir) if cfg.output.dir else default_out_dir(cfg.name))
-    problem = _unusable_out(out)
+    problem = unusable_out_dir(out)
     if problem:
         return _fail(problem)
     from fedflex.data import DataNotFoundError
@@ -97,28 +97,6 @@ def _run(args: argparse.Namespace) -> int:
     except DataNotFoundError as exc:
         return _fail(str(exc), code=1)
     return _finished(out)
-
-
-def _unusable_out(out: Path) -> Optional[str]:
-    """Why ``out`` cannot receive results (None: it can). Tries to create it (and the
-    folders above it) and takes back what it created: nothing is left behind."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        return f"--out {out} exists and is not an empty directory: choose another one"
-    made = [p for p in [out, *out.parents] if not p.exists()]
-    problem = None
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".fedflex-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        problem = f"--out {out} cannot be created or written ({exc.strerror or exc}): choose another directory"
-    for p in made:  # deepest first
-        try:
-            p.rmdir()
-        except OSError:
-            pass
-    return problem
 
 
 class _interruptible:

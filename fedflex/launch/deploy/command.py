@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def deploy_local(args: argparse.Namespace) -> int:
     """``fedflex deploy local``: start, run, stop. Returns the exit status."""
     from fedflex.config import ConfigError, load_scenario
-    from fedflex.results import default_out_dir
+    from fedflex.results import default_out_dir, unusable_out_dir
 
     try:
         cfg = load_scenario(args.scenario, args.overrides)
@@ -55,8 +55,9 @@ def deploy_local(args: argparse.Namespace) -> int:
         )
     out = Path(args.out) if args.out else (Path(cfg.output.dir) if cfg.output.dir else default_out_dir(cfg.name))
     out = out.resolve()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        return _fail(f"--out {out} exists and is not an empty directory: choose another one")
+    problem = unusable_out_dir(out)
+    if problem:
+        return _fail(problem)
     try:
         for exe in ("flower-superlink", "flower-supernode", "flwr"):
             find_executable(exe)
