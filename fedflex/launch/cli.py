@@ -4,6 +4,8 @@
 
     fedflex deploy local [--nodes N] SCENARIO.yaml [dotted.key=value ...] [--out DIR] [--tls] [--auth]
 
+    fedflex deploy check HOST:PORT [--root-certificates CA | --insecure]
+
 A bad key or value exits with status 2 and one line naming the key; nothing is written.
 
 Exit status: 0 completed (or stopped at ``evaluation.stop_at_accuracy``); 1 missing data
@@ -41,9 +43,13 @@ def _parser() -> argparse.ArgumentParser:
     deploy = sub.add_parser("deploy", help="run a scenario on a real Flower federation (SuperLink + SuperNodes)")
     where = deploy.add_subparsers(dest="where", required=True)
     local = where.add_parser("local", help="a SuperLink and N SuperNodes as local processes on 127.0.0.1")
-    from fedflex.launch.deploy import add_arguments  # light: no torch, no Flower
+    from fedflex.launch.deploy import add_arguments, add_check_arguments  # light: no torch, no Flower
 
     add_arguments(local)
+    check = where.add_parser(
+        "check", help="can a SuperNode with these flags talk to the SuperLink at HOST:PORT (TLS or plain HTTP)?"
+    )
+    add_check_arguments(check)
     return parser
 
 
@@ -56,19 +62,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = _parser()
     args, rest = parser.parse_known_args(argv)  # overrides may also follow --out
     unknown = [r for r in rest if r.startswith("-")]
-    if unknown or (rest and args.command not in ("run", "deploy")):
+    takes_overrides = args.command == "run" or (args.command == "deploy" and args.where == "local")
+    if unknown or (rest and not takes_overrides):
         parser.error("unrecognized arguments: " + " ".join(unknown or rest))
     if rest:
         args.overrides = [*args.overrides, *rest]
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+        level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
     )
     if args.command == "run":
         return _run(args)
     if args.command == "deploy":
-        from fedflex.launch.deploy import deploy_local
+        from fedflex.launch.deploy import deploy_check, deploy_local
 
-        return deploy_local(args)
+        return deploy_check(args) if args.where == "check" else deploy_local(args)
     return _fail(f"unknown command {args.command}")
 
 

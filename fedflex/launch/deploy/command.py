@@ -15,7 +15,7 @@ from typing import Optional
 
 from fedflex.launch.deploy.certs import TlsFiles, make_certificates
 from fedflex.launch.deploy.federation import LocalFederation
-from fedflex.launch.deploy.processes import DeployError, find_executable
+from fedflex.launch.deploy.processes import DeployError, find_executable, link_transport, transport_mismatch
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +36,65 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=7200.0, help="seconds the run may take (default 7200)")
     parser.add_argument("--workdir", help="logs and FLWR_HOMEs (default: a temporary directory, kept on failure)")
     parser.add_argument("--verbose", action="store_true", help="progress of the start-up and the run's log lines")
+
+
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``fedflex deploy check``."""
+    parser.add_argument("address", help="the SuperLink's HOST:PORT, as a SuperNode's --superlink names it")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--root-certificates", metavar="CA", help="the CA file the SuperNode trusts (TLS)")
+    mode.add_argument("--insecure", action="store_true", help="the SuperNode uses plain HTTP")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the SuperLink (default 5)")
+
+
+def deploy_check(args: argparse.Namespace) -> int:
+    """``fedflex deploy check``: can a SuperNode started with these flags talk to the
+    SuperLink at ADDRESS? (transport, and with ``--root-certificates`` the certificate).
+    Exit status 0 when it can, 1 when not (the reason on stderr), 2 for a bad address."""
+    host, sep, port_text = args.address.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit():
+        return _fail(f"address {args.address!r}: expected HOST:PORT")
+    port = int(port_text)
+    link = link_transport(port, host, timeout=args.timeout)
+    if link is None:
+        return _fail(
+            f"nothing answers at {args.address} (SuperLink not running, wrong port, or a firewall in between)", 1
+        )
+    described = "TLS" if link == "tls" else "plain HTTP (--insecure)"
+    if args.root_certificates or args.insecure:
+        why = transport_mismatch(link, bool(args.root_certificates), args.address)
+        if why:
+            return _fail(why, 1)
+    if link == "tls" and args.root_certificates:
+        problem = _verify_certificate(host, port, Path(args.root_certificates), args.timeout)
+        if problem:
+            return _fail(problem, 1)
+        described += f", certificate valid for {host} and signed by {args.root_certificates}"
+    _print(f"fedflex: the SuperLink at {args.address} speaks {described}")
+    return 0
+
+
+def _verify_certificate(host: str, port: int, ca_file: Path, timeout: float) -> Optional[str]:
+    """Why a SuperNode trusting ``ca_file`` would refuse the SuperLink's certificate."""
+    import socket
+    import ssl
+
+    try:
+        context = ssl.create_default_context(cafile=str(ca_file))
+    except (OSError, ssl.SSLError) as exc:
+        return f"--root-certificates {ca_file}: cannot be read as a CA certificate ({exc})"
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            with context.wrap_socket(sock, server_hostname=host):
+                return None
+    except ssl.SSLCertVerificationError as exc:
+        return (
+            f"the SuperLink's certificate is refused: {exc.verify_message} (is {host} among the names given to "
+            "make_certs.sh, and is this the CA that signed it?)"
+        )
+    except (OSError, ssl.SSLError) as exc:
+        return f"TLS handshake with {host}:{port} failed: {exc}"
 
 
 def deploy_local(args: argparse.Namespace) -> int:
@@ -66,7 +125,7 @@ def deploy_local(args: argparse.Namespace) -> int:
 
     workdir = Path(args.workdir).resolve() if args.workdir else Path(tempfile.mkdtemp(prefix="fedflex-deploy-"))
     tls_wanted = args.tls or args.auth
-    restore = _terminate_as_interrupt()
+    restore, received = _stop_signals_as_interrupt()
     fed: Optional[LocalFederation] = None
     ok = False
     t0 = time.monotonic()
@@ -92,7 +151,7 @@ def deploy_local(args: argparse.Namespace) -> int:
         )
         fed.start()
         _say(f"federation up after {time.monotonic() - t0:.1f} s; flwr run {cfg.name}")
-        on_line = (lambda line: print(line, file=sys.stderr)) if args.verbose else _progress_lines
+        on_line = _print if args.verbose else _progress_lines
         result = fed.run(args.scenario, args.overrides, out, timeout=args.timeout, on_line=on_line)
         ok = result.ok
         if not ok:
@@ -100,13 +159,15 @@ def deploy_local(args: argparse.Namespace) -> int:
                 f"run {result.run_id} ended with status {result.status} {result.details}; logs in {fed.logs}", 1
             )
         _say(f"run {result.run_id} completed in {result.wall_s:.1f} s")
-        print(f"results: {out}", file=sys.stderr)
+        _print(f"results: {out}")
         return 0
     except DeployError as exc:
         return _fail(str(exc), 1)
     except KeyboardInterrupt:
-        return _fail("interrupted: stopping the federation", 130)
+        signum = received[0] if received and received[0] > 0 else signal.SIGINT
+        return _fail(f"interrupted by {signal.Signals(signum).name}: stopping the federation", 128 + signum)
     finally:
+        received.append(0)  # from here on, signals wait for the stopping to end
         try:
             if fed is not None:
                 fed.stop()
@@ -118,32 +179,57 @@ def deploy_local(args: argparse.Namespace) -> int:
             if ok and not args.workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
             elif not ok:
-                print(f"fedflex: logs kept in {workdir}", file=sys.stderr)
+                _print(f"fedflex: logs kept in {workdir}")
 
 
 def _progress_lines(line: str) -> None:
     """Show the ServerApp's per-round lines (``round 3/20 acc=...``) and errors."""
     text = line.strip()
     if text.startswith("round ") or "ERROR" in text or "Traceback" in text:
-        print(text, file=sys.stderr)
+        _print(text)
 
 
-def _terminate_as_interrupt():
-    """SIGTERM behaves like Ctrl-C (so the federation is stopped); returns the undo."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _stop_signals_as_interrupt():
+    """SIGINT (Ctrl-C), SIGTERM and SIGHUP (a closed terminal, a dropped SSH session)
+    raise KeyboardInterrupt once, so the federation is stopped; later ones are ignored
+    until then, so that they cannot cut the stopping short and leave processes behind.
+    Returns (the undo, the list that receives the first signal's number); append 0 to it
+    to ignore every later signal (the stopping has begun)."""
+    received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
-        return lambda: None
+        return (lambda: None), received
 
     def handler(signum, frame):
-        raise KeyboardInterrupt
+        if received:
+            return  # already stopping
+        received.append(signum)
+        if signum > 0:
+            raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, previous)
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore, received
+
+
+def _print(message: str) -> None:
+    """A line on stderr; a terminal that is gone (SIGHUP: EIO) does not stop the stopping."""
+    try:
+        print(message, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def _say(message: str) -> None:
-    print(f"fedflex: {message}", file=sys.stderr)
+    _print(f"fedflex: {message}")
 
 
 def _fail(message: str, code: int = 2) -> int:
-    print(f"fedflex: {message}", file=sys.stderr)
+    _print(f"fedflex: {message}")
     return code

@@ -27,8 +27,10 @@ from fedflex.launch.deploy.processes import (
     check_port_free,
     find_executable,
     free_port,
+    link_transport,
     port_open,
     stop_all,
+    transport_mismatch,
     wait_until,
 )
 
@@ -344,7 +346,13 @@ class LocalFederation:
         proc = self.nodes[partition_id]
         timeout = self.start_timeout if timeout is None else timeout
         if not wait_until(lambda: not proc.alive() or SUPERNODE_READY in proc.output(), timeout):
-            raise DeployError(f"{proc.name} did not connect within {timeout:.0f} s:\n{proc.tail()}")
+            assert self.superlink_port is not None
+            why = transport_mismatch(link_transport(self.superlink_port), "--insecure" not in proc.cmd, self.address)
+            raise DeployError(
+                f"{proc.name} did not connect within {timeout:.0f} s"
+                + (f": {why}" if why else "")
+                + f":\n{proc.tail()}"
+            )
         if SUPERNODE_READY not in proc.output():
             raise DeployError(f"{proc.name} exited with status {proc.returncode}:\n{proc.tail()}")
         logger.info("%s connected", proc.name)
