@@ -98,9 +98,13 @@ def superlink_command(
     tls: Optional[TlsFiles] = None,
     auth: bool = False,
     executable: Optional[str] = None,
+    database: Optional[Path] = None,
 ) -> list[str]:
     """``flower-superlink`` arguments (one HTTP(S) port serves the Fleet, Control and
-    Runtime APIs in Flower 1.41)."""
+    Runtime APIs in Flower 1.41). ``database``: an SQLite file for the SuperLink's state
+    (registered SuperNode keys, nodes, runs), so that a restarted SuperLink knows its
+    SuperNodes again; None keeps the state in memory (lost on a restart: with node
+    authentication every SuperNode is then refused with 401 and exits)."""
     cmd = [executable or find_executable("flower-superlink"), "--host", host, "--port", str(port)]
     if tls is None:
         cmd.append("--insecure")
@@ -115,6 +119,8 @@ def superlink_command(
         ]
     if auth:
         cmd.append("--enable-supernode-auth")
+    if database is not None:
+        cmd += ["--database", str(database)]
     cmd.append("--disable-runtime-dependency-installation")
     return cmd
 
@@ -168,8 +174,8 @@ class LocalFederation:
     Parameters
     ----------
     workdir
-        Holds ``logs/``, one ``FLWR_HOME`` per process under ``homes/``, and, with
-        ``tls``/``auth`` made here, ``certs/``.
+        Holds ``logs/``, one ``FLWR_HOME`` per process under ``homes/``, the SuperLink's
+        state (``state/superlink.db``) and, with ``tls``/``auth`` made here, ``certs/``.
     num_nodes
         N SuperNodes, partition ids 0..N-1, ``num-partitions=N``.
     app_dir
@@ -192,6 +198,10 @@ class LocalFederation:
         Extra environment for every process.
     node_env
         Extra environment of single SuperNodes, by partition id.
+    persistent
+        The SuperLink keeps its state in ``workdir/state/superlink.db`` (default): a
+        SuperLink restarted on it lets its SuperNodes, registered keys and all, back in.
+        False: in memory, as Flower does without ``--database``.
     grace
         Seconds between SIGTERM and SIGKILL when stopping.
     start_timeout
@@ -208,6 +218,7 @@ class LocalFederation:
     data_path: Optional[str] = None
     supernode_prefix: Optional[Sequence[str]] = None
     env: dict[str, str] = field(default_factory=dict)
+    persistent: bool = True
     node_env: dict[int, dict[str, str]] = field(default_factory=dict)
     grace: float = 5.0
     start_timeout: float = 90.0
@@ -233,6 +244,9 @@ class LocalFederation:
         self.logs = self.workdir / "logs"
         self.homes = self.workdir / "homes"
         self.logs.mkdir(parents=True, exist_ok=True)
+        self.database = (self.workdir / "state" / "superlink.db") if self.persistent else None
+        if self.database is not None:
+            self.database.parent.mkdir(parents=True, exist_ok=True)
         if self.keys_dir is None:
             self.keys_dir = self.workdir / "certs" / "keys"
         if self.superlink_port is None:
@@ -278,7 +292,7 @@ class LocalFederation:
     def start_superlink(self) -> ManagedProcess:
         assert self.superlink_port is not None
         check_port_free(self.superlink_port, what="SuperLink port")
-        cmd = superlink_command(self.superlink_port, tls=self.tls, auth=self.auth)
+        cmd = superlink_command(self.superlink_port, tls=self.tls, auth=self.auth, database=self.database)
         proc = self.superlink = ManagedProcess(
             "superlink", cmd, self._env("superlink"), self.logs / "superlink.log", cwd=self.workdir
         )
@@ -365,6 +379,25 @@ class LocalFederation:
         return proc
 
     # ---------------------------------------------------------------- faults
+    def kill_superlink(self) -> None:
+        """SIGKILL the SuperLink and everything it started (its SuperExec, the ServerApp
+        of the run in flight): a crashed coordinating machine."""
+        if self.superlink is not None:
+            self.superlink.kill()
+            logger.info("killed the SuperLink")
+
+    def restart_superlink(self) -> ManagedProcess:
+        """Start the SuperLink again on the same port (and state file, when persistent);
+        the SuperNodes, which retry, reconnect by themselves."""
+        if self.superlink is not None and self.superlink.alive():
+            raise DeployError(f"the SuperLink is still running (pid {self.superlink.pid})")
+        if self.superlink is not None:
+            self.extra.append(self.superlink)  # its leftovers are still checked and stopped
+        assert self.superlink_port is not None
+        if not wait_until(lambda: _bindable(self.superlink_port), 30.0):
+            raise DeployError(f"port {self.superlink_port} still held 30 s after the SuperLink stopped")
+        return self.start_superlink()
+
     def kill_supernode(self, partition_id: int) -> None:
         """SIGKILL a SuperNode and everything it started (a crashed machine)."""
         self.nodes[partition_id].kill()

@@ -59,8 +59,12 @@ def free_port(host: str = LOOPBACK) -> int:
 
 
 def check_port_free(port: int, host: str = LOOPBACK, what: str = "port") -> None:
-    """Raise :class:`DeployError` when ``host:port`` cannot be bound (someone uses it)."""
+    """Raise :class:`DeployError` when ``host:port`` cannot be bound (someone uses it).
+
+    SO_REUSEADDR as the SuperLink's server sets it: connections of a stopped SuperLink
+    left in TIME_WAIT do not count, only a socket that still listens."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as exc:
