@@ -22,10 +22,15 @@ logger = logging.getLogger(__name__)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fedflex deploy local``."""
-    parser.add_argument("scenario", help="scenario YAML file")
+    parser.add_argument("scenario", nargs="?", help="scenario YAML file (not with --resume)")
     parser.add_argument("overrides", nargs="*", help="OmegaConf dotlist overrides, e.g. rounds=5")
     parser.add_argument("--nodes", type=int, help="number of SuperNodes (default: the scenario's num_clients)")
-    parser.add_argument("--out", help="results directory (default: runs/<name>-<timestamp>)")
+    parser.add_argument("--out", help="results directory (default: runs/<name>-<timestamp>); never overwritten")
+    parser.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the run whose results are in DIR from its last checkpoint, on a fresh federation",
+    )
     parser.add_argument("--tls", action="store_true", help="HTTPS with certificates from scripts/make_certs.sh")
     parser.add_argument(
         "--auth", action="store_true", help="SuperNode authentication with registered EC keys (implies --tls)"
@@ -102,21 +107,39 @@ def deploy_local(args: argparse.Namespace) -> int:
     from fedflex.config import ConfigError, load_scenario
     from fedflex.results import default_out_dir, unusable_out_dir
 
-    try:
-        cfg = load_scenario(args.scenario, args.overrides)
-    except ConfigError as exc:
-        return _fail(f"config error: {exc}")
+    resume: Optional[Path] = None
+    if args.resume:
+        if args.scenario or args.overrides or args.out:
+            return _fail("--resume DIR takes no scenario, overrides or --out: the run continues as configured in DIR")
+        from strategies.server_app import RunConfigError, resume_point
+
+        try:
+            cfg, checkpoint = resume_point(Path(args.resume), option="--resume ")
+        except RunConfigError as exc:
+            return _fail(str(exc))
+        resume = Path(args.resume).resolve()
+        _say(f"resuming {resume} after round {checkpoint['round']} of {cfg.rounds}")
+    elif not args.scenario:
+        return _fail("deploy local needs a SCENARIO file (or --resume DIR)")
+    else:
+        try:
+            cfg = load_scenario(args.scenario, args.overrides)
+        except ConfigError as exc:
+            return _fail(f"config error: {exc}")
     nodes = args.nodes if args.nodes is not None else cfg.num_clients
     if nodes != cfg.num_clients:
         return _fail(
             f"--nodes {nodes} but the scenario has num_clients={cfg.num_clients}: every SuperNode holds one "
             f"client id; add the override num_clients={nodes} or drop --nodes"
         )
-    out = Path(args.out) if args.out else (Path(cfg.output.dir) if cfg.output.dir else default_out_dir(cfg.name))
-    out = out.resolve()
-    problem = unusable_out_dir(out)
-    if problem:
-        return _fail(problem)
+    if resume is not None:
+        out = resume
+    else:
+        out = Path(args.out) if args.out else (Path(cfg.output.dir) if cfg.output.dir else default_out_dir(cfg.name))
+        out = out.resolve()
+        problem = unusable_out_dir(out)
+        if problem:
+            return _fail(problem)
     try:
         for exe in ("flower-superlink", "flower-supernode", "flwr"):
             find_executable(exe)
@@ -152,11 +175,14 @@ def deploy_local(args: argparse.Namespace) -> int:
         fed.start()
         _say(f"federation up after {time.monotonic() - t0:.1f} s; flwr run {cfg.name}")
         on_line = _print if args.verbose else _progress_lines
-        result = fed.run(args.scenario, args.overrides, out, timeout=args.timeout, on_line=on_line)
+        result = fed.run(args.scenario or "", args.overrides, out, timeout=args.timeout, on_line=on_line, resume=resume)
         ok = result.ok
         if not ok:
+            again = (
+                f"; continue it with: fedflex deploy local --resume {out}" if (out / "checkpoint.pkl").is_file() else ""
+            )
             return _fail(
-                f"run {result.run_id} ended with status {result.status} {result.details}; logs in {fed.logs}", 1
+                f"run {result.run_id} ended with status {result.status} {result.details}; logs in {fed.logs}{again}", 1
             )
         _say(f"run {result.run_id} completed in {result.wall_s:.1f} s")
         _print(f"results: {out}")

@@ -53,8 +53,13 @@ def node_config(partition_id: int, num_partitions: int, data_path: Optional[str]
     return " ".join(items)
 
 
-def run_config(scenario: str, overrides: Sequence[str] = (), out: str = "") -> str:
-    """The ``--run-config`` string for fedflex's ServerApp (``scenario``, ``overrides``, ``out``)."""
+def run_config(scenario: str, overrides: Sequence[str] = (), out: str = "", resume: str = "") -> str:
+    """The ``--run-config`` string for fedflex's ServerApp (``scenario``, ``overrides``,
+    ``out``; or ``resume``: a results directory whose run continues from its checkpoint)."""
+    if resume:
+        if '"' in resume:
+            raise DeployError(f"resume {resume!r}: double quotes cannot pass through flwr's --run-config")
+        return f'resume="{resume}"'
     joined = " ".join(shlex.quote(o) for o in overrides)
     values = {"scenario": scenario, "overrides": joined, "out": out}
     for key, value in values.items():
@@ -421,9 +426,15 @@ class LocalFederation:
         except subprocess.TimeoutExpired:
             raise DeployError(f"{shlex.join(cmd)} did not finish within {timeout or self.cli_timeout:.0f} s") from None
 
-    def submit(self, scenario: str, overrides: Sequence[str] = (), out: Optional[Path] = None) -> int:
-        """``flwr run`` the scenario; returns the run id (the run goes on in the SuperLink)."""
-        config = run_config(str(Path(scenario).resolve()), overrides, str(Path(out).resolve()) if out else "")
+    def submit(
+        self, scenario: str, overrides: Sequence[str] = (), out: Optional[Path] = None, resume: Optional[Path] = None
+    ) -> int:
+        """``flwr run`` the scenario (or, with ``resume``, continue the run whose results are
+        there from its checkpoint); returns the run id (the run goes on in the SuperLink)."""
+        if resume is not None:
+            config = run_config("", resume=str(Path(resume).resolve()))
+        else:
+            config = run_config(str(Path(scenario).resolve()), overrides, str(Path(out).resolve()) if out else "")
         done = self.flwr("run", str(self.app_dir), CONNECTION, "--format", "json", "--run-config", config)
         payload = _json_from(done.stdout)
         if done.returncode != 0 or not payload or not payload.get("success"):
@@ -505,10 +516,12 @@ class LocalFederation:
         out: Optional[Path] = None,
         timeout: float = 7200.0,
         on_line=None,
+        resume: Optional[Path] = None,
     ) -> RunResult:
-        """Submit the scenario and wait for its end; a run still going on when this
-        returns by an exception (Ctrl-C included) is stopped with ``flwr stop``."""
-        run_id = self.submit(scenario, overrides, out)
+        """Submit the scenario (or ``resume`` a run, ``out`` then being its directory) and
+        wait for its end; a run still going on when this returns by an exception (Ctrl-C
+        included) is stopped with ``flwr stop``."""
+        run_id = self.submit(scenario, overrides, out, resume=resume)
         finished = False
         try:
             result = self.wait_run(run_id, timeout, out, on_line)
