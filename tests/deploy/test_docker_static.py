@@ -108,9 +108,58 @@ def test_dockerfile_has_a_target_per_component():
             stages[current] = []
         elif word == "ENTRYPOINT":
             stages[current] = yaml.safe_load(args)
-    assert stages["superlink"] == ["flower-superlink"]
-    assert stages["supernode"] == ["flower-supernode"]
-    assert stages["superexec"] == ["flower-superexec"]
+    assert stages["superlink"] == ["fedflex-entrypoint", "flower-superlink"]
+    assert stages["supernode"] == ["fedflex-entrypoint", "flower-supernode"]
+    assert stages["superexec"] == ["fedflex-entrypoint", "flower-superexec"]
+
+
+def test_default_image_gets_cpu_torch_and_checks_it():
+    args = dict(a.split("=", 1) for w, a in _instructions(DOCKERFILE) if w == "ARG" and "=" in a)
+    assert args["TORCH_VARIANT"] == "cpu" and args["TORCH_INDEX_URL"].endswith("/whl/cpu")
+    runs = [a for w, a in _instructions(DOCKERFILE) if w == "RUN"]
+    assert any("-c /etc/torch-constraints.txt" in a and "torch.version.cuda is None" in a for a in runs)
+
+
+# ------------------------------------------------------------------------------ entrypoint
+ENTRYPOINT = DOCKER / "entrypoint.sh"
+
+
+def _as_root_only():
+    import os
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv (as in the image)")
+
+
+@pytest.mark.parametrize("uid", [1000, 4242])
+def test_entrypoint_runs_the_command_as_the_owner_of_the_mounted_files(tmp_path, uid):
+    _as_root_only()
+    import os
+
+    # Prepare: a results directory owned by some user
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    os.chown(runs, uid, uid + 1)
+    env = {"PATH": "/usr/bin:/bin", "FEDFLEX_RUN_AS_OWNER_OF": str(runs)}
+    # Execute
+    done = subprocess.run(
+        ["sh", str(ENTRYPOINT), "sh", "-c", 'echo "$(id -u):$(id -g) $FLWR_HOME"; touch "$FLWR_HOME/x"'],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    # Assert: that uid and gid, with a FLWR_HOME it can write
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [f"{uid}:{uid + 1}", f"/tmp/home-{uid}/.flwr"]
+
+
+def test_entrypoint_keeps_root_for_root_owned_files(tmp_path):
+    _as_root_only()
+    (tmp_path / "runs").mkdir()
+    env = {"PATH": "/usr/bin:/bin", "FEDFLEX_RUN_AS_OWNER_OF": str(tmp_path / "runs")}
+    done = subprocess.run(["sh", str(ENTRYPOINT), "id", "-u"], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "0"
 
 
 # ------------------------------------------------------------------------------ compose
@@ -195,6 +244,23 @@ def test_tls_compose_mounts_what_make_certs_writes(tmp_path):
         if name != "superlink":  # a SuperNode sees its own key only
             keys = [c for c in mounts if "/keys/" in c]
             assert keys == [str(IN_CERTS / "keys" / f"{name}")], keys
+
+
+@pytest.mark.parametrize("kind", ["plain", "tls"])
+def test_scenarios_are_mounted_from_the_checkout(kind):
+    volumes = [v.split("  ")[0] for v in _compose(kind)["services"]["superlink"]["volumes"]]
+    assert "../scenarios:/app/scenarios:ro" in volumes
+    assert (COMPOSE[kind].parent / "../scenarios").resolve() == ROOT / "scenarios"
+
+
+def test_gpu_compose_builds_cuda_supernodes_and_reserves_gpus():
+    gpu = yaml.safe_load((DOCKER / "docker-compose.gpu.yml").read_text())["services"]
+    assert set(gpu) == {f"supernode-{i}" for i in range(NUM_NODES)}
+    for service in gpu.values():
+        assert service["build"]["args"]["TORCH_VARIANT"] == "cuda"
+        assert service["image"].endswith("-cuda")
+        devices = service["deploy"]["resources"]["reservations"]["devices"]
+        assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
 
 
 @pytest.mark.parametrize("kind", ["plain", "tls"])
