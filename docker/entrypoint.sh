@@ -3,9 +3,11 @@
 # user's uid: results written into ./runs then belong to that user, and private keys
 # (mode 600 on the host) stay readable. Started as root (the image's default user);
 # drops to:
-#   the owner of $FEDFLEX_RUN_AS_OWNER_OF, if set, else of the first of /app/runs,
-#   /app/certs/keys/*, /app/certs/ca.crt that is mounted and not owned by root, else
-#   uid/gid 1000 (the image's user "app"); root only when the mounted files are root's.
+#   the owner of $FEDFLEX_RUN_AS_OWNER_OF, if set, else of the first of
+#   /app/certs/keys/* (a SuperNode's private key), /app/certs/server.key (the
+#   SuperLink's), /app/runs (the results, mounted into the SuperLink; the image's own
+#   copy belongs to uid 1000), /app/certs/ca.crt that is not owned by root, else uid/gid
+#   1000 (the image's user "app"); root only when the files found are root's.
 # Started as another user already (docker run --user ...): runs the command as is.
 set -eu
 
@@ -14,7 +16,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 owner=""
-for path in ${FEDFLEX_RUN_AS_OWNER_OF:-} /app/runs /app/certs/keys/* /app/certs/ca.crt; do
+for path in ${FEDFLEX_RUN_AS_OWNER_OF:-} /app/certs/keys/* /app/certs/server.key /app/runs /app/certs/ca.crt; do
     [ -e "$path" ] || continue
     owner="$(stat -c '%u:%g' "$path")"
     [ -n "${FEDFLEX_RUN_AS_OWNER_OF:-}" ] && break
