@@ -191,7 +191,8 @@ def deploy_local(args: argparse.Namespace) -> int:
         return _fail(str(exc), 1)
     except KeyboardInterrupt:
         signum = received[0] if received and received[0] > 0 else signal.SIGINT
-        return _fail(f"interrupted by {signal.Signals(signum).name}: stopping the federation", 128 + signum)
+        again = f"; continue with: fedflex deploy local --resume {out}" if (out / "checkpoint.pkl").is_file() else ""
+        return _fail(f"interrupted by {signal.Signals(signum).name}: stopping the federation{again}", 128 + signum)
     finally:
         received.append(0)  # from here on, signals wait for the stopping to end
         try:
