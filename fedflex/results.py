@@ -83,6 +83,31 @@ class RunRecorder:
                 logger.exception("plotting failed; the JSON results are complete")
 
 
+def unusable_out_dir(out: Path, option: str = "--out") -> Optional[str]:
+    """Why ``out`` cannot receive a new run's results (None: it can): it exists and is
+    not an empty directory (earlier results are never overwritten), or it cannot be
+    created or written. Tries to create it (and the folders above it) and takes back
+    what it created: nothing is left behind. ``option``: how the message names it."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        return f"{option} {out} exists and is not an empty directory: choose another one"
+    made = [p for p in [out, *out.parents] if not p.exists()]
+    problem = None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".fedflex-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        problem = f"{option} {out} cannot be created or written ({exc.strerror or exc}): choose another directory"
+    for p in made:  # deepest first
+        try:
+            p.rmdir()
+        except OSError:
+            pass
+    return problem
+
+
 def default_out_dir(name: str) -> Path:
     """``runs/<name>-<YYYYmmdd-HHMMSS>``."""
     return Path("runs") / f"{name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"

@@ -3,7 +3,8 @@
 #
 #   scripts/make_certs.sh [-o DIR] [-n NUM_NODE_KEYS] [-d DAYS] [-f] [HOST ...]
 #
-# Creates in DIR (default: certs/):
+# Creates in DIR (default: $FEDFLEX_CERTS, else ~/.config/fedflex/certs: outside any
+# checkout, since ca.key and the node keys are secrets; `certs/` is git-ignored in case):
 #   ca.crt, ca.key            a self-signed certificate authority (EC P-384)
 #   server.crt, server.key    the SuperLink's certificate, signed by the CA, valid for
 #                             localhost, 127.0.0.1, ::1 and every HOST given (a name
@@ -24,9 +25,9 @@
 # An existing DIR with a ca.crt is left alone unless -f is given.
 set -euo pipefail
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 
-out="certs"
+out="${FEDFLEX_CERTS:-${XDG_CONFIG_HOME:-$HOME/.config}/fedflex/certs}"
 num_keys=3
 days=365
 force=0

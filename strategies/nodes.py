@@ -8,6 +8,12 @@ simply the set of client ids with a live node.
 
 A node that did not answer (its ClientApp failed, the query timed out) is asked again
 after ``retry_after`` seconds, so a node that was slow to start is not ignored for good.
+
+A node that claims a client id whose node is still live is refused (logged as an error
+once): two SuperNodes started with one ``partition-id`` must not silently take turns
+serving one client. It is held back, not forgotten: when the first node leaves the grid
+(stopped, or a crashed node noticed after two missed heartbeats), the waiting node takes
+the client id over, which is how a SuperNode restarted after a crash comes back.
 :meth:`NodeDirectory.wait_for` lets a deployment wait (bounded) for its first nodes
 before round 1, instead of starting with whoever happened to be connected.
 """
@@ -44,7 +50,7 @@ class NodeDirectory:
         self.node_to_client: dict[int, int] = {}
         self.client_to_node: dict[int, int] = {}
         self.unanswered: dict[int, float] = {}  # node -> when it was last asked
-        self.superseded: set[int] = set()  # live nodes whose client id a newer node took
+        self.duplicates: dict[int, int] = {}  # live node -> client id a live other node serves
         self._registering_since: Optional[float] = None
 
     def refresh(self, grid: Grid) -> None:
@@ -58,12 +64,16 @@ class NodeDirectory:
             logger.info("client %d (node %d) left", client, node)
         now = self.clock()
         self.unanswered = {n: t for n, t in self.unanswered.items() if n in live}
-        self.superseded &= live
+        self.duplicates = {n: c for n, c in self.duplicates.items() if n in live}
+        for node, client in sorted(self.duplicates.items()):
+            if client not in self.client_to_node:  # the first holder left: take over
+                del self.duplicates[node]
+                self._add(node, client)
         new = [
             n
             for n in sorted(live)
             if n not in self.node_to_client
-            and n not in self.superseded
+            and n not in self.duplicates
             and now - self.unanswered.get(n, -float("inf")) >= self.retry_after
         ]
         if new and len(new) > self.SIMULATION_SHORTCUT_MIN:
@@ -156,7 +166,7 @@ class NodeDirectory:
             except (KeyError, TypeError, ValueError):
                 logger.warning("node %d sent no %s; ignored", node, keys.PARTITION_ID)
                 continue
-            if self._add(node, client):
+            if self._add(node, client) or node in self.duplicates:
                 answered.add(node)
         asked = self.clock()
         for node in set(nodes) - answered:
@@ -166,7 +176,8 @@ class NodeDirectory:
         logger.info("identified %d new node(s); %d client id(s) online", len(answered), len(self.client_to_node))
 
     def _add(self, node: int, client: int) -> bool:
-        """Map ``node`` to ``client``; False (ignored) when the id is out of range."""
+        """Map ``node`` to ``client``; False (ignored) when the id is out of range or
+        another live node serves it (then ``node`` waits in ``duplicates``)."""
         if not 0 <= client < self.num_clients:
             logger.warning(
                 "node %d holds client id %d, outside 0..%d of this scenario; ignored",
@@ -177,11 +188,20 @@ class NodeDirectory:
             return False
         old = self.client_to_node.get(client)
         if old is not None and old != node:
-            # a restarted SuperNode (new node id) while the SuperLink still lists the old
-            # one; or two SuperNodes with one partition id: the newer one serves it
-            logger.warning("client %d moved from node %d to node %d", client, old, node)
-            self.node_to_client.pop(old, None)
-            self.superseded.add(old)
+            # two SuperNodes with one partition id, or a restarted SuperNode while the
+            # SuperLink still lists the crashed one: the node that has it keeps it
+            logger.error(
+                "node %d also says it holds client id %d, which node %d serves: refused "
+                "(two SuperNodes started with partition-id=%d?); it takes the id over only "
+                "once node %d has left",
+                node,
+                client,
+                old,
+                client,
+                old,
+            )
+            self.duplicates[node] = client
+            return False
         self.node_to_client[node] = client
         self.client_to_node[client] = node
         return True

@@ -6,7 +6,12 @@ Two ways in:
   around an already loaded config and a results directory;
 - ``flwr run .`` loads the module-level ``app``, which reads ``scenario`` (a YAML path),
   ``overrides`` (space-separated dotted.key=value) and ``out`` (results directory) from
-  the run config (``[tool.flwr.app.config]`` or ``--run-config``).
+  the run config (``[tool.flwr.app.config]`` or ``--run-config``); or ``resume`` (a
+  results directory with a checkpoint): the run continues there, on the federation, from
+  its last checkpoint, as configured in its ``config.yaml``. Under ``flwr run`` a
+  checkpoint is saved after every round unless the scenario or the overrides set
+  ``output.checkpoint_every`` (a deployment's round takes seconds; the checkpoint, a
+  pickle of the server state, milliseconds).
 """
 
 from __future__ import annotations
@@ -29,13 +34,13 @@ from flwr.serverapp.strategy import Result
 from fedflex import keys
 from fedflex.arrays import numpy_to_record
 from fedflex.churn import make_availability
-from fedflex.config import ScenarioConfig, load_scenario, to_yaml
+from fedflex.config import ConfigError, ScenarioConfig, load_scenario, to_yaml
 from fedflex.data import FederatedData, load_dataset
 from fedflex.models import build_model, output_bias_key
 from fedflex.partition import partition_data
 from fedflex.progress import Progress
 from fedflex.records import to_record
-from fedflex.results import RunRecorder, default_out_dir, summarize, transition_summary
+from fedflex.results import RunRecorder, default_out_dir, summarize, transition_summary, unusable_out_dir
 from strategies.build import ModelInfo, build_strategy
 from strategies.observers import Checkpointer, RowWriter, RunClock, StopRules, TestSetEvaluation
 
@@ -255,15 +260,98 @@ def make_server_app(
     return server_app
 
 
+class RunConfigError(ValueError):
+    """A run config (``flwr run --run-config``) that cannot be run; nothing was written."""
+
+
+def results_dir(run_config: Any, name: str) -> Path:
+    """Where a ``flwr run`` writes its results: ``out``, or ``runs/<name>-<timestamp>``.
+
+    The same contract as ``fedflex run --out``: a new or empty directory that can be
+    written; earlier results are never overwritten.
+
+    Raises
+    ------
+    RunConfigError
+        When the directory exists and is not empty, or cannot be created or written.
+    """
+    out = str(run_config.get("out", "")) or None
+    path = Path(out) if out else default_out_dir(name)
+    problem = unusable_out_dir(path, option="out=")
+    if problem:
+        raise RunConfigError(problem)
+    return path
+
+
+def resume_point(out_dir: Path, option: str = "resume=") -> tuple[ScenarioConfig, dict]:
+    """The config and checkpoint to continue the run in ``out_dir`` with.
+
+    Raises
+    ------
+    RunConfigError
+        No checkpoint there, a damaged one, a config that does not load, or a run that
+        already finished its rounds; nothing is changed.
+    """
+    out_dir = Path(out_dir)
+    if not (out_dir / CHECKPOINT_FILE).is_file():
+        raise RunConfigError(f"{option}{out_dir}: no {CHECKPOINT_FILE} there (was output.checkpoint_every 0?)")
+    try:
+        cfg = load_scenario(out_dir / "config.yaml")
+    except ConfigError as exc:
+        raise RunConfigError(f"config error in {out_dir / 'config.yaml'}: {exc}") from None
+    try:
+        checkpoint = load_checkpoint(out_dir)
+    except CheckpointError as exc:
+        raise RunConfigError(f"{option}{out_dir}: {exc}; nothing was changed") from None
+    if checkpoint["round"] >= cfg.rounds:
+        raise RunConfigError(f"{option}{out_dir}: the run already finished its {cfg.rounds} rounds")
+    return cfg, checkpoint
+
+
+DEPLOYMENT_CHECKPOINT_EVERY = 1
+
+
+def _sets_checkpoint_every(scenario: str, overrides: list[str]) -> bool:
+    """Whether the scenario file or the overrides set ``output.checkpoint_every``."""
+    if any(o.split("=", 1)[0].strip() == "output.checkpoint_every" for o in overrides):
+        return True
+    try:
+        import yaml
+
+        data = yaml.safe_load(Path(scenario).read_text()) or {}
+    except (OSError, ValueError):
+        return False
+    output = data.get("output") if isinstance(data, dict) else None
+    return isinstance(output, dict) and "checkpoint_every" in output
+
+
+def flwr_run_scenario(run_config: Any) -> ScenarioConfig:
+    """The scenario of a ``flwr run`` (``scenario`` + ``overrides``), checkpointing after
+    every round unless the scenario or the overrides say otherwise."""
+    import dataclasses
+
+    scenario = str(run_config.get("scenario", "scenarios/quickstart.yaml"))
+    overrides = shlex.split(str(run_config.get("overrides", "")))
+    cfg = load_scenario(scenario, overrides)
+    if not _sets_checkpoint_every(scenario, overrides):
+        output = dataclasses.replace(cfg.output, checkpoint_every=DEPLOYMENT_CHECKPOINT_EVERY)
+        cfg = dataclasses.replace(cfg, output=output)
+    return cfg
+
+
 app = ServerApp()
 
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Entry point under ``flwr run``: the scenario comes from the run config."""
+    """Entry point under ``flwr run``: the scenario (or the run to resume) comes from the
+    run config."""
     run_config = context.run_config
-    scenario = str(run_config.get("scenario", "scenarios/quickstart.yaml"))
-    overrides = shlex.split(str(run_config.get("overrides", "")))
-    cfg = load_scenario(scenario, overrides)
-    out = str(run_config.get("out", "")) or None
-    run_server(grid, cfg, Path(out) if out else default_out_dir(cfg.name))
+    resume = str(run_config.get("resume", ""))
+    if resume:
+        cfg, checkpoint = resume_point(Path(resume))
+        logger.info("resuming %s after round %d", resume, checkpoint["round"])
+        run_server(grid, cfg, Path(resume), resume=checkpoint)
+        return
+    cfg = flwr_run_scenario(run_config)
+    run_server(grid, cfg, results_dir(run_config, cfg.name))

@@ -4,6 +4,8 @@
 
     fedflex deploy local [--nodes N] SCENARIO.yaml [dotted.key=value ...] [--out DIR] [--tls] [--auth]
 
+    fedflex deploy check HOST:PORT [--root-certificates CA | --insecure]
+
 A bad key or value exits with status 2 and one line naming the key; nothing is written.
 
 Exit status: 0 completed (or stopped at ``evaluation.stop_at_accuracy``); 1 missing data
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from fedflex.config import ConfigError, load_scenario
-from fedflex.results import default_out_dir
+from fedflex.results import default_out_dir, unusable_out_dir
 
 EXIT_USAGE = 2
 EXIT_DIVERGED = 3
@@ -41,9 +43,13 @@ def _parser() -> argparse.ArgumentParser:
     deploy = sub.add_parser("deploy", help="run a scenario on a real Flower federation (SuperLink + SuperNodes)")
     where = deploy.add_subparsers(dest="where", required=True)
     local = where.add_parser("local", help="a SuperLink and N SuperNodes as local processes on 127.0.0.1")
-    from fedflex.launch.deploy import add_arguments  # light: no torch, no Flower
+    from fedflex.launch.deploy import add_arguments, add_check_arguments  # light: no torch, no Flower
 
     add_arguments(local)
+    check = where.add_parser(
+        "check", help="can a SuperNode with these flags talk to the SuperLink at HOST:PORT (TLS or plain HTTP)?"
+    )
+    add_check_arguments(check)
     return parser
 
 
@@ -56,19 +62,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = _parser()
     args, rest = parser.parse_known_args(argv)  # overrides may also follow --out
     unknown = [r for r in rest if r.startswith("-")]
-    if unknown or (rest and args.command not in ("run", "deploy")):
+    takes_overrides = args.command == "run" or (args.command == "deploy" and args.where == "local")
+    if unknown or (rest and not takes_overrides):
         parser.error("unrecognized arguments: " + " ".join(unknown or rest))
     if rest:
         args.overrides = [*args.overrides, *rest]
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+        level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
     )
     if args.command == "run":
         return _run(args)
     if args.command == "deploy":
-        from fedflex.launch.deploy import deploy_local
+        from fedflex.launch.deploy import deploy_check, deploy_local
 
-        return deploy_local(args)
+        return deploy_check(args) if args.where == "check" else deploy_local(args)
     return _fail(f"unknown command {args.command}")
 
 
@@ -85,7 +93,7 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(f"config error: {exc}")
     out = Path(args.out) if args.out else (Path(cfg.output.dir) if cfg.output.dir else default_out_dir(cfg.name))
-    problem = _unusable_out(out)
+    problem = unusable_out_dir(out)
     if problem:
         return _fail(problem)
     from fedflex.data import DataNotFoundError
@@ -97,28 +105,6 @@ def _run(args: argparse.Namespace) -> int:
     except DataNotFoundError as exc:
         return _fail(str(exc), code=1)
     return _finished(out)
-
-
-def _unusable_out(out: Path) -> Optional[str]:
-    """Why ``out`` cannot receive results (None: it can). Tries to create it (and the
-    folders above it) and takes back what it created: nothing is left behind."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        return f"--out {out} exists and is not an empty directory: choose another one"
-    made = [p for p in [out, *out.parents] if not p.exists()]
-    problem = None
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".fedflex-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        problem = f"--out {out} cannot be created or written ({exc.strerror or exc}): choose another directory"
-    for p in made:  # deepest first
-        try:
-            p.rmdir()
-        except OSError:
-            pass
-    return problem
 
 
 class _interruptible:

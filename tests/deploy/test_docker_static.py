@@ -33,6 +33,8 @@ NUM_NODES = 3
 PORT = 8000
 RUNTIME_PORT = 9094
 IN_CERTS = Path("/app/certs")
+STATE = Path("/app/state/superlink.db")  # in the named volume superlink-state
+CERTS_VAR = re.compile(r"\$\{FEDFLEX_CERTS[^}]*\}")
 
 
 def _instructions(path: Path) -> list[tuple[str, str]]:
@@ -70,13 +72,22 @@ def test_every_copy_source_exists_in_the_build_context():
 def test_copied_sources_are_not_docker_ignored():
     ignored = {
         line.strip()
-        for line in (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     }
     for word, args in _instructions(DOCKERFILE):
         if word in ("COPY", "ADD"):
             for source in shlex.split(args)[:-1]:
                 assert source.rstrip("/") not in ignored, f"{source} is copied but .dockerignored"
+
+
+def test_ignore_file_is_where_both_builders_read_it():
+    # the legacy builder reads only <context>/.dockerignore; BuildKit prefers a
+    # <Dockerfile>.dockerignore, which would then hide the root one from it
+    assert (ROOT / ".dockerignore").is_file()
+    assert not (DOCKER / "Dockerfile.dockerignore").exists()
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".git", "runs", "certs", "**/*.key"} <= set(ignored)
 
 
 def test_dockerfile_pins_the_flwr_version_of_pyproject():
@@ -97,9 +108,58 @@ def test_dockerfile_has_a_target_per_component():
             stages[current] = []
         elif word == "ENTRYPOINT":
             stages[current] = yaml.safe_load(args)
-    assert stages["superlink"] == ["flower-superlink"]
-    assert stages["supernode"] == ["flower-supernode"]
-    assert stages["superexec"] == ["flower-superexec"]
+    assert stages["superlink"] == ["fedflex-entrypoint", "flower-superlink"]
+    assert stages["supernode"] == ["fedflex-entrypoint", "flower-supernode"]
+    assert stages["superexec"] == ["fedflex-entrypoint", "flower-superexec"]
+
+
+def test_default_image_gets_cpu_torch_and_checks_it():
+    args = dict(a.split("=", 1) for w, a in _instructions(DOCKERFILE) if w == "ARG" and "=" in a)
+    assert args["TORCH_VARIANT"] == "cpu" and args["TORCH_INDEX_URL"].endswith("/whl/cpu")
+    runs = [a for w, a in _instructions(DOCKERFILE) if w == "RUN"]
+    assert any("-c /etc/torch-constraints.txt" in a and "torch.version.cuda is None" in a for a in runs)
+
+
+# ------------------------------------------------------------------------------ entrypoint
+ENTRYPOINT = DOCKER / "entrypoint.sh"
+
+
+def _as_root_only():
+    import os
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv (as in the image)")
+
+
+@pytest.mark.parametrize("uid", [1000, 4242])
+def test_entrypoint_runs_the_command_as_the_owner_of_the_mounted_files(tmp_path, uid):
+    _as_root_only()
+    import os
+
+    # Prepare: a results directory owned by some user
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    os.chown(runs, uid, uid + 1)
+    env = {"PATH": "/usr/bin:/bin", "FEDFLEX_RUN_AS_OWNER_OF": str(runs)}
+    # Execute
+    done = subprocess.run(
+        ["sh", str(ENTRYPOINT), "sh", "-c", 'echo "$(id -u):$(id -g) $FLWR_HOME"; touch "$FLWR_HOME/x"'],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    # Assert: that uid and gid, with a FLWR_HOME it can write
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [f"{uid}:{uid + 1}", f"/tmp/home-{uid}/.flwr"]
+
+
+def test_entrypoint_keeps_root_for_root_owned_files(tmp_path):
+    _as_root_only()
+    (tmp_path / "runs").mkdir()
+    env = {"PATH": "/usr/bin:/bin", "FEDFLEX_RUN_AS_OWNER_OF": str(tmp_path / "runs")}
+    done = subprocess.run(["sh", str(ENTRYPOINT), "id", "-u"], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "0"
 
 
 # ------------------------------------------------------------------------------ compose
@@ -111,7 +171,7 @@ def test_compose_has_a_superlink_and_three_supernodes(kind):
         build = service["build"]
         assert (COMPOSE[kind].parent / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE
         assert build["target"] == ("superlink" if name == "superlink" else "supernode")
-    assert services["superlink"]["ports"] == [f"127.0.0.1:{PORT}:{PORT}"]
+    assert services["superlink"]["ports"] == [f"127.0.0.1:${{FEDFLEX_PORT:-{PORT}}}:{PORT}"]  # loopback only
 
 
 @pytest.mark.parametrize("kind", ["plain", "tls"])
@@ -121,7 +181,9 @@ def test_compose_commands_are_what_deploy_local_runs(kind):
     files = TlsFiles(IN_CERTS / "ca.crt", IN_CERTS / "server.crt", IN_CERTS / "server.key") if tls else None
     services = _compose(kind)["services"]
     # Assert
-    expected = superlink_command(PORT, host="0.0.0.0", tls=files, auth=tls, executable="flower-superlink")
+    expected = superlink_command(
+        PORT, host="0.0.0.0", tls=files, auth=tls, executable="flower-superlink", database=STATE
+    )
     assert services["superlink"]["command"] == expected[1:]
     for i in range(NUM_NODES):
         expected = supernode_command(
@@ -147,6 +209,7 @@ def test_compose_commands_parse_with_flowers_own_parsers(kind):
     assert link.insecure is (kind == "plain")
     assert link.enable_supernode_auth is (kind == "tls")
     assert link.runtime_dependency_install is False
+    assert link.database == str(STATE)
     for i in range(NUM_NODES):
         node = _parse_args_run_supernode().parse_args(services[f"supernode-{i}"]["command"])
         assert node.superlink == f"superlink:{link.port}"  # the service name and its port
@@ -169,18 +232,62 @@ def test_tls_compose_mounts_what_make_certs_writes(tmp_path):
     for name, service in _compose("tls")["services"].items():
         mounts = {}
         for volume in service.get("volumes", []):
-            host, container, *_ = volume.split(":")
+            host, container, *_ = CERTS_VAR.sub("CERTS", volume).split(":")
             mounts[container] = host
         used = [arg for arg in service["command"] if arg.startswith(str(IN_CERTS))]
         assert used, name
         for path in used:
             assert path in mounts, f"{name} uses {path} but does not mount it"
             host = mounts[path]
-            assert host.startswith("../certs/"), host
-            assert (certs / host.removeprefix("../certs/")).is_file(), f"{name}: {host} is not written by make_certs.sh"
+            assert host.startswith("CERTS/"), f"{host}: certificates come from $FEDFLEX_CERTS, not the checkout"
+            assert (certs / host.removeprefix("CERTS/")).is_file(), f"{name}: {host} is not written by make_certs.sh"
         if name != "superlink":  # a SuperNode sees its own key only
             keys = [c for c in mounts if "/keys/" in c]
             assert keys == [str(IN_CERTS / "keys" / f"{name}")], keys
+
+
+@pytest.mark.parametrize("kind", ["plain", "tls"])
+def test_scenarios_are_mounted_from_the_checkout(kind):
+    volumes = [v.split("  ")[0] for v in _compose(kind)["services"]["superlink"]["volumes"]]
+    assert "../scenarios:/app/scenarios:ro" in volumes
+    assert (COMPOSE[kind].parent / "../scenarios").resolve() == ROOT / "scenarios"
+
+
+def test_gpu_compose_builds_cuda_supernodes_and_reserves_gpus():
+    gpu = yaml.safe_load((DOCKER / "docker-compose.gpu.yml").read_text())["services"]
+    assert set(gpu) == {f"supernode-{i}" for i in range(NUM_NODES)}
+    for service in gpu.values():
+        assert service["build"]["args"]["TORCH_VARIANT"] == "cuda"
+        assert service["image"].endswith("-cuda")
+        devices = service["deploy"]["resources"]["reservations"]["devices"]
+        assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+
+
+@pytest.mark.parametrize("kind", ["plain", "tls"])
+def test_superlink_state_is_in_a_named_volume(kind):
+    compose = _compose(kind)
+    volumes = compose["services"]["superlink"]["volumes"]
+    assert f"superlink-state:{STATE.parent}" in [v.split("  ")[0] for v in volumes]
+    assert "superlink-state" in compose["volumes"]
+
+
+def test_make_certs_writes_outside_the_checkout_by_default(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    subprocess.run(
+        ["bash", str(ROOT / "scripts" / "make_certs.sh"), "-n", "1"], check=True, capture_output=True, env=env, cwd=ROOT
+    )
+    written = tmp_path / ".config" / "fedflex" / "certs"
+    assert (written / "ca.key").is_file() and (written / "keys" / "supernode-0").is_file()
+
+
+def test_certificates_and_keys_in_the_checkout_are_git_ignored():
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    paths = ["certs/ca.key", "certs/keys/supernode-0", "docker/server.key"]
+    done = subprocess.run(["git", "check-ignore", *paths], cwd=ROOT, capture_output=True, text=True)
+    assert done.stdout.split() == paths
 
 
 def test_server_certificate_names_the_compose_service(tmp_path):

@@ -71,23 +71,49 @@ def test_query_messages_expire_with_the_query_timeout():
     assert grid.sent[0].metadata.ttl == 12.0
 
 
-def test_restarted_node_takes_over_its_client_id_and_the_old_one_is_not_asked():
-    # Prepare: client 1's node restarts (new node id) while the old one is still listed
+def test_second_node_with_a_client_id_in_use_is_refused_and_not_asked_again():
+    # Prepare: client 1 has a live node; a second node says it holds client 1 as well
+    grid = LocalGrid(_who_am_i(set()), 2)
+    nodes = NodeDirectory(2)
+    nodes.refresh(grid)
+    first = nodes.client_to_node[1]
+    second = grid.add_node(1)
+    # Execute
+    nodes.refresh(grid)
+    nodes.refresh(grid)
+    # Assert: the first node keeps client 1; the second serves nothing and was asked once
+    assert nodes.client_to_node[1] == first and nodes.client_of(second) is None
+    assert nodes.clients().tolist() == [0, 1]
+    assert _queries(grid) == 3
+
+
+def test_refused_duplicate_is_logged_as_an_error_naming_both_nodes(caplog):
+    grid = LocalGrid(_who_am_i(set()), 1)
+    nodes = NodeDirectory(1)
+    nodes.refresh(grid)
+    first = nodes.client_to_node[0]
+    second = grid.add_node(0)
+    with caplog.at_level("ERROR", logger="strategies.nodes"):
+        nodes.refresh(grid)
+    assert [r.levelname for r in caplog.records] == ["ERROR"]
+    assert f"node {second} also says it holds client id 0, which node {first} serves" in caplog.text
+
+
+def test_waiting_node_takes_the_client_id_over_once_the_first_node_left():
+    # Prepare: a node restarted (new node id) while the SuperLink still lists the old one
     grid = LocalGrid(_who_am_i(set()), 2)
     nodes = NodeDirectory(2)
     nodes.refresh(grid)
     old = nodes.client_to_node[1]
     new = grid.add_node(1)
-    # Execute
     nodes.refresh(grid)
-    nodes.refresh(grid)
-    # Assert: the new node serves client 1, the stale one is not re-queried every round
-    assert nodes.client_to_node[1] == new and nodes.client_of(old) is None
-    assert _queries(grid) == 3
-    # ... and once the stale node is gone nothing changes
+    # Execute: the old node is gone from the grid (noticed dead, or stopped)
     del grid.contexts[old]
     nodes.refresh(grid)
-    assert nodes.clients().tolist() == [0, 1] and nodes.client_to_node[1] == new
+    # Assert: the new node serves client 1 without a further query
+    assert nodes.client_to_node[1] == new and nodes.client_of(old) is None
+    assert nodes.clients().tolist() == [0, 1]
+    assert _queries(grid) == 3
 
 
 def test_out_of_range_client_id_is_ignored_and_not_asked_every_refresh():

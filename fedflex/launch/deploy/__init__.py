@@ -30,7 +30,7 @@ command line).
 """
 
 from fedflex.launch.deploy.certs import TlsFiles, make_certificates
-from fedflex.launch.deploy.command import add_arguments, deploy_local
+from fedflex.launch.deploy.command import add_arguments, add_check_arguments, deploy_check, deploy_local
 from fedflex.launch.deploy.federation import (
     LocalFederation,
     RunResult,
@@ -46,6 +46,7 @@ from fedflex.launch.deploy.processes import (
     check_port_free,
     find_executable,
     free_port,
+    link_transport,
     port_open,
     stop_all,
     wait_until,
@@ -58,11 +59,14 @@ __all__ = [
     "RunResult",
     "TlsFiles",
     "add_arguments",
+    "add_check_arguments",
+    "deploy_check",
     "check_port_free",
     "deploy_local",
     "find_executable",
     "flwr_config_toml",
     "free_port",
+    "link_transport",
     "make_certificates",
     "node_config",
     "port_open",

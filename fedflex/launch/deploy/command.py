@@ -15,17 +15,22 @@ from typing import Optional
 
 from fedflex.launch.deploy.certs import TlsFiles, make_certificates
 from fedflex.launch.deploy.federation import LocalFederation
-from fedflex.launch.deploy.processes import DeployError, find_executable
+from fedflex.launch.deploy.processes import DeployError, find_executable, link_transport, transport_mismatch
 
 logger = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fedflex deploy local``."""
-    parser.add_argument("scenario", help="scenario YAML file")
+    parser.add_argument("scenario", nargs="?", help="scenario YAML file (not with --resume)")
     parser.add_argument("overrides", nargs="*", help="OmegaConf dotlist overrides, e.g. rounds=5")
     parser.add_argument("--nodes", type=int, help="number of SuperNodes (default: the scenario's num_clients)")
-    parser.add_argument("--out", help="results directory (default: runs/<name>-<timestamp>)")
+    parser.add_argument("--out", help="results directory (default: runs/<name>-<timestamp>); never overwritten")
+    parser.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the run whose results are in DIR from its last checkpoint, on a fresh federation",
+    )
     parser.add_argument("--tls", action="store_true", help="HTTPS with certificates from scripts/make_certs.sh")
     parser.add_argument(
         "--auth", action="store_true", help="SuperNode authentication with registered EC keys (implies --tls)"
@@ -38,25 +43,103 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="progress of the start-up and the run's log lines")
 
 
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``fedflex deploy check``."""
+    parser.add_argument("address", help="the SuperLink's HOST:PORT, as a SuperNode's --superlink names it")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--root-certificates", metavar="CA", help="the CA file the SuperNode trusts (TLS)")
+    mode.add_argument("--insecure", action="store_true", help="the SuperNode uses plain HTTP")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the SuperLink (default 5)")
+
+
+def deploy_check(args: argparse.Namespace) -> int:
+    """``fedflex deploy check``: can a SuperNode started with these flags talk to the
+    SuperLink at ADDRESS? (transport, and with ``--root-certificates`` the certificate).
+    Exit status 0 when it can, 1 when not (the reason on stderr), 2 for a bad address."""
+    host, sep, port_text = args.address.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit():
+        return _fail(f"address {args.address!r}: expected HOST:PORT")
+    port = int(port_text)
+    link = link_transport(port, host, timeout=args.timeout)
+    if link is None:
+        return _fail(
+            f"nothing answers at {args.address} (SuperLink not running, wrong port, or a firewall in between)", 1
+        )
+    described = "TLS" if link == "tls" else "plain HTTP (--insecure)"
+    if args.root_certificates or args.insecure:
+        why = transport_mismatch(link, bool(args.root_certificates), args.address)
+        if why:
+            return _fail(why, 1)
+    if link == "tls" and args.root_certificates:
+        problem = _verify_certificate(host, port, Path(args.root_certificates), args.timeout)
+        if problem:
+            return _fail(problem, 1)
+        described += f", certificate valid for {host} and signed by {args.root_certificates}"
+    _print(f"fedflex: the SuperLink at {args.address} speaks {described}")
+    return 0
+
+
+def _verify_certificate(host: str, port: int, ca_file: Path, timeout: float) -> Optional[str]:
+    """Why a SuperNode trusting ``ca_file`` would refuse the SuperLink's certificate."""
+    import socket
+    import ssl
+
+    try:
+        context = ssl.create_default_context(cafile=str(ca_file))
+    except (OSError, ssl.SSLError) as exc:
+        return f"--root-certificates {ca_file}: cannot be read as a CA certificate ({exc})"
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            with context.wrap_socket(sock, server_hostname=host):
+                return None
+    except ssl.SSLCertVerificationError as exc:
+        return (
+            f"the SuperLink's certificate is refused: {exc.verify_message} (is {host} among the names given to "
+            "make_certs.sh, and is this the CA that signed it?)"
+        )
+    except (OSError, ssl.SSLError) as exc:
+        return f"TLS handshake with {host}:{port} failed: {exc}"
+
+
 def deploy_local(args: argparse.Namespace) -> int:
     """``fedflex deploy local``: start, run, stop. Returns the exit status."""
     from fedflex.config import ConfigError, load_scenario
-    from fedflex.results import default_out_dir
+    from fedflex.results import default_out_dir, unusable_out_dir
 
-    try:
-        cfg = load_scenario(args.scenario, args.overrides)
-    except ConfigError as exc:
-        return _fail(f"config error: {exc}")
+    resume: Optional[Path] = None
+    if args.resume:
+        if args.scenario or args.overrides or args.out:
+            return _fail("--resume DIR takes no scenario, overrides or --out: the run continues as configured in DIR")
+        from strategies.server_app import RunConfigError, resume_point
+
+        try:
+            cfg, checkpoint = resume_point(Path(args.resume), option="--resume ")
+        except RunConfigError as exc:
+            return _fail(str(exc))
+        resume = Path(args.resume).resolve()
+        _say(f"resuming {resume} after round {checkpoint['round']} of {cfg.rounds}")
+    elif not args.scenario:
+        return _fail("deploy local needs a SCENARIO file (or --resume DIR)")
+    else:
+        try:
+            cfg = load_scenario(args.scenario, args.overrides)
+        except ConfigError as exc:
+            return _fail(f"config error: {exc}")
     nodes = args.nodes if args.nodes is not None else cfg.num_clients
     if nodes != cfg.num_clients:
         return _fail(
             f"--nodes {nodes} but the scenario has num_clients={cfg.num_clients}: every SuperNode holds one "
             f"client id; add the override num_clients={nodes} or drop --nodes"
         )
-    out = Path(args.out) if args.out else (Path(cfg.output.dir) if cfg.output.dir else default_out_dir(cfg.name))
-    out = out.resolve()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        return _fail(f"--out {out} exists and is not an empty directory: choose another one")
+    if resume is not None:
+        out = resume
+    else:
+        out = Path(args.out) if args.out else (Path(cfg.output.dir) if cfg.output.dir else default_out_dir(cfg.name))
+        out = out.resolve()
+        problem = unusable_out_dir(out)
+        if problem:
+            return _fail(problem)
     try:
         for exe in ("flower-superlink", "flower-supernode", "flwr"):
             find_executable(exe)
@@ -65,7 +148,7 @@ def deploy_local(args: argparse.Namespace) -> int:
 
     workdir = Path(args.workdir).resolve() if args.workdir else Path(tempfile.mkdtemp(prefix="fedflex-deploy-"))
     tls_wanted = args.tls or args.auth
-    restore = _terminate_as_interrupt()
+    restore, received = _stop_signals_as_interrupt()
     fed: Optional[LocalFederation] = None
     ok = False
     t0 = time.monotonic()
@@ -91,21 +174,27 @@ def deploy_local(args: argparse.Namespace) -> int:
         )
         fed.start()
         _say(f"federation up after {time.monotonic() - t0:.1f} s; flwr run {cfg.name}")
-        on_line = (lambda line: print(line, file=sys.stderr)) if args.verbose else _progress_lines
-        result = fed.run(args.scenario, args.overrides, out, timeout=args.timeout, on_line=on_line)
+        on_line = _print if args.verbose else _progress_lines
+        result = fed.run(args.scenario or "", args.overrides, out, timeout=args.timeout, on_line=on_line, resume=resume)
         ok = result.ok
         if not ok:
+            again = (
+                f"; continue it with: fedflex deploy local --resume {out}" if (out / "checkpoint.pkl").is_file() else ""
+            )
             return _fail(
-                f"run {result.run_id} ended with status {result.status} {result.details}; logs in {fed.logs}", 1
+                f"run {result.run_id} ended with status {result.status} {result.details}; logs in {fed.logs}{again}", 1
             )
         _say(f"run {result.run_id} completed in {result.wall_s:.1f} s")
-        print(f"results: {out}", file=sys.stderr)
+        _print(f"results: {out}")
         return 0
     except DeployError as exc:
         return _fail(str(exc), 1)
     except KeyboardInterrupt:
-        return _fail("interrupted: stopping the federation", 130)
+        signum = received[0] if received and received[0] > 0 else signal.SIGINT
+        again = f"; continue with: fedflex deploy local --resume {out}" if (out / "checkpoint.pkl").is_file() else ""
+        return _fail(f"interrupted by {signal.Signals(signum).name}: stopping the federation{again}", 128 + signum)
     finally:
+        received.append(0)  # from here on, signals wait for the stopping to end
         try:
             if fed is not None:
                 fed.stop()
@@ -117,32 +206,57 @@ def deploy_local(args: argparse.Namespace) -> int:
             if ok and not args.workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
             elif not ok:
-                print(f"fedflex: logs kept in {workdir}", file=sys.stderr)
+                _print(f"fedflex: logs kept in {workdir}")
 
 
 def _progress_lines(line: str) -> None:
     """Show the ServerApp's per-round lines (``round 3/20 acc=...``) and errors."""
     text = line.strip()
     if text.startswith("round ") or "ERROR" in text or "Traceback" in text:
-        print(text, file=sys.stderr)
+        _print(text)
 
 
-def _terminate_as_interrupt():
-    """SIGTERM behaves like Ctrl-C (so the federation is stopped); returns the undo."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _stop_signals_as_interrupt():
+    """SIGINT (Ctrl-C), SIGTERM and SIGHUP (a closed terminal, a dropped SSH session)
+    raise KeyboardInterrupt once, so the federation is stopped; later ones are ignored
+    until then, so that they cannot cut the stopping short and leave processes behind.
+    Returns (the undo, the list that receives the first signal's number); append 0 to it
+    to ignore every later signal (the stopping has begun)."""
+    received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
-        return lambda: None
+        return (lambda: None), received
 
     def handler(signum, frame):
-        raise KeyboardInterrupt
+        if received:
+            return  # already stopping
+        received.append(signum)
+        if signum > 0:
+            raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, previous)
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore, received
+
+
+def _print(message: str) -> None:
+    """A line on stderr; a terminal that is gone (SIGHUP: EIO) does not stop the stopping."""
+    try:
+        print(message, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def _say(message: str) -> None:
-    print(f"fedflex: {message}", file=sys.stderr)
+    _print(f"fedflex: {message}")
 
 
 def _fail(message: str, code: int = 2) -> int:
-    print(f"fedflex: {message}", file=sys.stderr)
+    _print(f"fedflex: {message}")
     return code

@@ -27,8 +27,10 @@ from fedflex.launch.deploy.processes import (
     check_port_free,
     find_executable,
     free_port,
+    link_transport,
     port_open,
     stop_all,
+    transport_mismatch,
     wait_until,
 )
 
@@ -51,8 +53,13 @@ def node_config(partition_id: int, num_partitions: int, data_path: Optional[str]
     return " ".join(items)
 
 
-def run_config(scenario: str, overrides: Sequence[str] = (), out: str = "") -> str:
-    """The ``--run-config`` string for fedflex's ServerApp (``scenario``, ``overrides``, ``out``)."""
+def run_config(scenario: str, overrides: Sequence[str] = (), out: str = "", resume: str = "") -> str:
+    """The ``--run-config`` string for fedflex's ServerApp (``scenario``, ``overrides``,
+    ``out``; or ``resume``: a results directory whose run continues from its checkpoint)."""
+    if resume:
+        if '"' in resume:
+            raise DeployError(f"resume {resume!r}: double quotes cannot pass through flwr's --run-config")
+        return f'resume="{resume}"'
     joined = " ".join(shlex.quote(o) for o in overrides)
     values = {"scenario": scenario, "overrides": joined, "out": out}
     for key, value in values.items():
@@ -96,9 +103,13 @@ def superlink_command(
     tls: Optional[TlsFiles] = None,
     auth: bool = False,
     executable: Optional[str] = None,
+    database: Optional[Path] = None,
 ) -> list[str]:
     """``flower-superlink`` arguments (one HTTP(S) port serves the Fleet, Control and
-    Runtime APIs in Flower 1.41)."""
+    Runtime APIs in Flower 1.41). ``database``: an SQLite file for the SuperLink's state
+    (registered SuperNode keys, nodes, runs), so that a restarted SuperLink knows its
+    SuperNodes again; None keeps the state in memory (lost on a restart: with node
+    authentication every SuperNode is then refused with 401 and exits)."""
     cmd = [executable or find_executable("flower-superlink"), "--host", host, "--port", str(port)]
     if tls is None:
         cmd.append("--insecure")
@@ -113,6 +124,8 @@ def superlink_command(
         ]
     if auth:
         cmd.append("--enable-supernode-auth")
+    if database is not None:
+        cmd += ["--database", str(database)]
     cmd.append("--disable-runtime-dependency-installation")
     return cmd
 
@@ -166,8 +179,8 @@ class LocalFederation:
     Parameters
     ----------
     workdir
-        Holds ``logs/``, one ``FLWR_HOME`` per process under ``homes/``, and, with
-        ``tls``/``auth`` made here, ``certs/``.
+        Holds ``logs/``, one ``FLWR_HOME`` per process under ``homes/``, the SuperLink's
+        state (``state/superlink.db``) and, with ``tls``/``auth`` made here, ``certs/``.
     num_nodes
         N SuperNodes, partition ids 0..N-1, ``num-partitions=N``.
     app_dir
@@ -190,6 +203,10 @@ class LocalFederation:
         Extra environment for every process.
     node_env
         Extra environment of single SuperNodes, by partition id.
+    persistent
+        The SuperLink keeps its state in ``workdir/state/superlink.db`` (default): a
+        SuperLink restarted on it lets its SuperNodes, registered keys and all, back in.
+        False: in memory, as Flower does without ``--database``.
     grace
         Seconds between SIGTERM and SIGKILL when stopping.
     start_timeout
@@ -206,6 +223,7 @@ class LocalFederation:
     data_path: Optional[str] = None
     supernode_prefix: Optional[Sequence[str]] = None
     env: dict[str, str] = field(default_factory=dict)
+    persistent: bool = True
     node_env: dict[int, dict[str, str]] = field(default_factory=dict)
     grace: float = 5.0
     start_timeout: float = 90.0
@@ -231,6 +249,9 @@ class LocalFederation:
         self.logs = self.workdir / "logs"
         self.homes = self.workdir / "homes"
         self.logs.mkdir(parents=True, exist_ok=True)
+        self.database = (self.workdir / "state" / "superlink.db") if self.persistent else None
+        if self.database is not None:
+            self.database.parent.mkdir(parents=True, exist_ok=True)
         if self.keys_dir is None:
             self.keys_dir = self.workdir / "certs" / "keys"
         if self.superlink_port is None:
@@ -276,7 +297,7 @@ class LocalFederation:
     def start_superlink(self) -> ManagedProcess:
         assert self.superlink_port is not None
         check_port_free(self.superlink_port, what="SuperLink port")
-        cmd = superlink_command(self.superlink_port, tls=self.tls, auth=self.auth)
+        cmd = superlink_command(self.superlink_port, tls=self.tls, auth=self.auth, database=self.database)
         proc = self.superlink = ManagedProcess(
             "superlink", cmd, self._env("superlink"), self.logs / "superlink.log", cwd=self.workdir
         )
@@ -344,7 +365,13 @@ class LocalFederation:
         proc = self.nodes[partition_id]
         timeout = self.start_timeout if timeout is None else timeout
         if not wait_until(lambda: not proc.alive() or SUPERNODE_READY in proc.output(), timeout):
-            raise DeployError(f"{proc.name} did not connect within {timeout:.0f} s:\n{proc.tail()}")
+            assert self.superlink_port is not None
+            why = transport_mismatch(link_transport(self.superlink_port), "--insecure" not in proc.cmd, self.address)
+            raise DeployError(
+                f"{proc.name} did not connect within {timeout:.0f} s"
+                + (f": {why}" if why else "")
+                + f":\n{proc.tail()}"
+            )
         if SUPERNODE_READY not in proc.output():
             raise DeployError(f"{proc.name} exited with status {proc.returncode}:\n{proc.tail()}")
         logger.info("%s connected", proc.name)
@@ -357,6 +384,25 @@ class LocalFederation:
         return proc
 
     # ---------------------------------------------------------------- faults
+    def kill_superlink(self) -> None:
+        """SIGKILL the SuperLink and everything it started (its SuperExec, the ServerApp
+        of the run in flight): a crashed coordinating machine."""
+        if self.superlink is not None:
+            self.superlink.kill()
+            logger.info("killed the SuperLink")
+
+    def restart_superlink(self) -> ManagedProcess:
+        """Start the SuperLink again on the same port (and state file, when persistent);
+        the SuperNodes, which retry, reconnect by themselves."""
+        if self.superlink is not None and self.superlink.alive():
+            raise DeployError(f"the SuperLink is still running (pid {self.superlink.pid})")
+        if self.superlink is not None:
+            self.extra.append(self.superlink)  # its leftovers are still checked and stopped
+        assert self.superlink_port is not None
+        if not wait_until(lambda: _bindable(self.superlink_port), 30.0):
+            raise DeployError(f"port {self.superlink_port} still held 30 s after the SuperLink stopped")
+        return self.start_superlink()
+
     def kill_supernode(self, partition_id: int) -> None:
         """SIGKILL a SuperNode and everything it started (a crashed machine)."""
         self.nodes[partition_id].kill()
@@ -380,9 +426,15 @@ class LocalFederation:
         except subprocess.TimeoutExpired:
             raise DeployError(f"{shlex.join(cmd)} did not finish within {timeout or self.cli_timeout:.0f} s") from None
 
-    def submit(self, scenario: str, overrides: Sequence[str] = (), out: Optional[Path] = None) -> int:
-        """``flwr run`` the scenario; returns the run id (the run goes on in the SuperLink)."""
-        config = run_config(str(Path(scenario).resolve()), overrides, str(Path(out).resolve()) if out else "")
+    def submit(
+        self, scenario: str, overrides: Sequence[str] = (), out: Optional[Path] = None, resume: Optional[Path] = None
+    ) -> int:
+        """``flwr run`` the scenario (or, with ``resume``, continue the run whose results are
+        there from its checkpoint); returns the run id (the run goes on in the SuperLink)."""
+        if resume is not None:
+            config = run_config("", resume=str(Path(resume).resolve()))
+        else:
+            config = run_config(str(Path(scenario).resolve()), overrides, str(Path(out).resolve()) if out else "")
         done = self.flwr("run", str(self.app_dir), CONNECTION, "--format", "json", "--run-config", config)
         payload = _json_from(done.stdout)
         if done.returncode != 0 or not payload or not payload.get("success"):
@@ -464,10 +516,12 @@ class LocalFederation:
         out: Optional[Path] = None,
         timeout: float = 7200.0,
         on_line=None,
+        resume: Optional[Path] = None,
     ) -> RunResult:
-        """Submit the scenario and wait for its end; a run still going on when this
-        returns by an exception (Ctrl-C included) is stopped with ``flwr stop``."""
-        run_id = self.submit(scenario, overrides, out)
+        """Submit the scenario (or ``resume`` a run, ``out`` then being its directory) and
+        wait for its end; a run still going on when this returns by an exception (Ctrl-C
+        included) is stopped with ``flwr stop``."""
+        run_id = self.submit(scenario, overrides, out, resume=resume)
         finished = False
         try:
             result = self.wait_run(run_id, timeout, out, on_line)

@@ -14,6 +14,7 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -58,8 +59,12 @@ def free_port(host: str = LOOPBACK) -> int:
 
 
 def check_port_free(port: int, host: str = LOOPBACK, what: str = "port") -> None:
-    """Raise :class:`DeployError` when ``host:port`` cannot be bound (someone uses it)."""
+    """Raise :class:`DeployError` when ``host:port`` cannot be bound (someone uses it).
+
+    SO_REUSEADDR as the SuperLink's server sets it: connections of a stopped SuperLink
+    left in TIME_WAIT do not count, only a socket that still listens."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as exc:
@@ -76,6 +81,54 @@ def port_open(port: int, host: str = LOOPBACK, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
+
+
+def link_transport(port: int, host: str = LOOPBACK, timeout: float = 3.0) -> Optional[str]:
+    """What a SuperLink at ``host:port`` speaks: ``"tls"``, ``"http"`` (plain), or None
+    (nothing accepts connections there, or the peer answers neither).
+
+    A TLS handshake is attempted without verifying the certificate: a TLS server
+    completes it; a plain HTTP server answers the ClientHello with an HTTP error (not a
+    TLS record: ``WRONG_VERSION_NUMBER``) or closes the connection.
+    """
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except OSError:
+        return None
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with context.wrap_socket(sock, server_hostname=host):
+            return "tls"
+    except ssl.SSLError as exc:
+        reason = getattr(exc, "reason", "") or ""
+        return (
+            "http"
+            if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "UNEXPECTED_EOF_WHILE_READING")
+            else None
+        )
+    except OSError:
+        return None
+    finally:
+        sock.close()
+
+
+def transport_mismatch(link: Optional[str], node_tls: bool, address: str) -> Optional[str]:
+    """Why a SuperNode (``node_tls``: started with ``--root-certificates``, else
+    ``--insecure``) cannot talk to a SuperLink that speaks ``link``; None when they match
+    or the link's transport is unknown."""
+    if link == "tls" and not node_tls:
+        return (
+            f"the SuperLink at {address} speaks TLS but the SuperNode was started with --insecure (plain HTTP), "
+            "so it retries for ever without a reason: give it --root-certificates CA.crt instead of --insecure"
+        )
+    if link == "http" and node_tls:
+        return (
+            f"the SuperLink at {address} speaks plain HTTP (--insecure) but the SuperNode expects TLS "
+            "(--root-certificates): start both with TLS, or both with --insecure"
+        )
+    return None
 
 
 def _bindable(port: int) -> bool:
