@@ -119,7 +119,7 @@ class DatasetConfig:
 
 
 PARTITIONS = ("natural", "iid", "dirichlet", "shards", "mixed-dirichlet", "label-sets", "label-groups")
-LABEL_SET_PATTERNS = ("half", "partial-overlap", "distinct", "two-shard", "sessions")
+LABEL_SET_PATTERNS = ("half", "partial-overlap", "distinct", "two-shard", "sessions", "half-iid")
 
 
 @dataclass
@@ -132,7 +132,9 @@ class PartitionConfig:
     - ``shards``: ``labels_per_client`` labels per client (pathological, McMahan et al.).
     - ``mixed-dirichlet``: HiCS-FL's groups: the set is cut in ``len(alphas)`` equal
       parts, each split over an equal group of clients by Dirichlet(alpha_g).
-    - ``label-sets``: the churn paper's label-set patterns (``pattern``).
+    - ``label-sets``: the churn paper's label-set patterns (``pattern``), and ``half-iid``
+      (BHerd's Case 3: the first half of the labels IID over the first half of the
+      clients, the other labels one block per remaining client).
     - ``label-groups``: explicit label sets: client i holds the labels of
       ``label_groups[i mod len(label_groups)]``, each label's examples cut evenly over
       the clients that hold it (BHerd's Case 2 with 5 clients:

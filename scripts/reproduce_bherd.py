@@ -13,7 +13,8 @@ Methods: FedAvg, GraB-FedAvg and BHerd-FedAvg for every ``--alphas``; with
 the paper's Figure 2b). Cases: 1 = IID; 2 = every client holds two digits {0,5}, {1,6},
 {2,7}, {3,8}, {4,9} (the SVM splits on the digits, then maps them to even/odd); 2b (SVM
 only) = every client holds one binary class: clients 0, 2, 4 the even digits, 1, 3 the
-odd ones. See docs/bherd.md.
+odd ones; 3 = digits 0-4 IID over clients 0-2, digits {5,6,7} and {8,9} on clients 3 and
+4 (``partition.pattern=half-iid``). See docs/bherd.md.
 
     python scripts/reproduce_bherd.py --out runs/repro-bherd [--rounds 200] [--seeds 0 1 2]
         [--cases 1 2 2b] [--models svm cnn] [--alphas 0.1 0.3 0.5 0.7 1.0] [--target 0.95]
@@ -49,6 +50,9 @@ CASES = {
     ("svm", "2"): ["partition.scheme=label-groups", DIGIT_GROUPS, "partition.labels=source"],
     ("cnn", "2"): ["partition.scheme=label-groups", DIGIT_GROUPS],
     ("svm", "2b"): ["partition.scheme=label-groups", "partition.label_groups=[[0],[1]]"],
+    # Case 3: digits 0-4 IID over clients 0-2, digits {5,6,7} and {8,9} on clients 3 and 4
+    ("svm", "3"): ["partition.scheme=label-sets", "partition.pattern=half-iid", "partition.labels=source"],
+    ("cnn", "3"): ["partition.scheme=label-sets", "partition.pattern=half-iid"],
 }
 #: default --target per (dataset, model): within reach in ~100 rounds, above the first rounds
 TARGETS = {("fmnist", "svm"): 0.95, ("fmnist", "cnn"): 0.85, ("mnist", "svm"): 0.88, ("mnist", "cnn"): 0.97}
@@ -162,7 +166,8 @@ def main() -> None:
         nargs="+",
         default=["1", "2"],
         choices=sorted({c for _, c in CASES}),
-        help="1 IID, 2 two digits per client, 2b (SVM only) one binary class per client",
+        help="1 IID, 2 two digits per client, 2b (SVM only) one binary class per client, "
+        "3 digits 0-4 IID over clients 0-2, {5,6,7} and {8,9} on clients 3 and 4",
     )
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.1, 0.3, 0.5, 0.7, 1.0])

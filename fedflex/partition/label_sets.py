@@ -142,6 +142,9 @@ def label_set_partition(
       example has at most one client. With ``churn.kind = label-sessions`` note that a
       client of A whose draws all fell on shared labels (rare, small alpha) is also a
       subset of B's set and is admitted to B's sessions too.
+    - ``half-iid``: BHerd's Case 3 (not the churn paper's): the first half of the labels
+      evenly over the first ceil(N/2) clients, the other labels in consecutive blocks,
+      one block per remaining client (:func:`_half_iid`).
 
     Parameters
     ----------
@@ -236,6 +239,29 @@ def _distinct(pools, num_clients: int, num_classes: int, rng, out) -> tuple[list
         for c in range(num_classes):
             _spread(pools[c], list(range(c, num_clients, num_classes)), out)
     return [[i] for i in range(num_clients)], sets
+
+
+def _half_iid(pools, num_clients: int, num_classes: int, rng, out) -> tuple[list, list]:
+    """BHerd's Case 3 (Luo et al., arXiv:2403.16557, Section 2.1): "data samples with the
+    first half of the labels are distributed to the first half of the clients as in
+    Case 1 [IID], the other samples are distributed to the second half of the clients as
+    in Case 2 [label-disjoint]". With N = 5 the paper's "first half" is clients 1-3
+    (its Section 2.7), so group A is the first ceil(N/2) clients: labels 0 .. C//2 - 1,
+    each label evenly over A (every client of A holds the same label mix); group B, the
+    other clients, splits the remaining labels into consecutive blocks, one per client
+    (C = 10, N = 5: {5, 6, 7} and {8, 9}), each label whole on its client."""
+    _need_two_groups("half-iid", num_clients)
+    first = (num_clients + 1) // 2
+    group_a, group_b = list(range(first)), list(range(first, num_clients))
+    set_a = list(range(num_classes // 2))
+    rest = np.arange(num_classes // 2, num_classes)
+    for c in set_a:
+        _spread(pools[c], group_a, out)
+    blocks = [b.tolist() for b in np.array_split(rest, len(group_b))]
+    for client, block in zip(group_b, blocks):
+        for c in block:
+            out[client].append(pools[c])
+    return [group_a, *[[c] for c in group_b]], [set_a, *blocks]
 
 
 def _sessions(
@@ -398,4 +424,5 @@ _PATTERNS = {
     "partial-overlap": _partial_overlap,
     "distinct": _distinct,
     "sessions": _sessions,
+    "half-iid": _half_iid,
 }

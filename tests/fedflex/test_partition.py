@@ -543,3 +543,20 @@ def test_default_cache_dir_follows_fedflex_cache(tmp_path: Path, monkeypatch: py
 
     # Assert
     assert directory == tmp_path / "partitions"
+
+
+def test_half_iid_is_bherds_case_3():
+    # Prepare: 20 examples of each of 10 labels, 5 clients
+    y = np.repeat(np.arange(10), 20)
+
+    # Execute
+    indices, layout = label_set_partition(y, 5, "half-iid", seed=0, num_classes=10)
+    counts = np.stack([np.bincount(y[ix], minlength=10) for ix in indices])
+
+    # Assert: labels 0-4 over clients 0-2 evenly (20 = 7 + 7 + 6 of each), labels 5-9 in
+    # blocks {5, 6, 7} and {8, 9} whole on clients 3 and 4
+    assert counts[:3, :5].tolist() == [[7] * 5, [7] * 5, [6] * 5]
+    assert counts[:3, 5:].sum() == 0
+    assert counts[3].tolist() == [0] * 5 + [20, 20, 20, 0, 0]
+    assert counts[4].tolist() == [0] * 8 + [20, 20]
+    assert layout.label_sets == [[0, 1, 2, 3, 4], [5, 6, 7], [8, 9]]
