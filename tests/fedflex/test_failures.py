@@ -30,11 +30,28 @@ def _env(tmp_path):
     return {**os.environ, "PYTHONPATH": str(ROOT), "FEDFLEX_CACHE": str(tmp_path / "cache")}
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_runs():
+    """A test that fails mid-way must not leave its run going (it would load the machine
+    for the tests after it)."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def _start(tmp_path, out, extra=()):
     cmd = [sys.executable, "-m", "fedflex", "run", str(QUICKSTART), *SLOW, *extra, "--out", str(out)]
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         cmd, cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    _STARTED.append(proc)
+    return proc
 
 
 def _wait_rows(out, n, proc, timeout=120):
