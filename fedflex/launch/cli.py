@@ -162,20 +162,12 @@ def _resume(args: argparse.Namespace) -> int:
         return _fail(
             "--resume DIR takes no scenario, overrides or --out: the run continues as configured in DIR/config.yaml"
         )
-    from strategies.server_app import CHECKPOINT_FILE, CheckpointError, load_checkpoint
+    from strategies.server_app import RunConfigError, resume_point
 
-    if not (out / CHECKPOINT_FILE).is_file():
-        return _fail(f"--resume {out}: no {CHECKPOINT_FILE} there (was output.checkpoint_every 0?)")
     try:
-        cfg = load_scenario(out / "config.yaml")
-    except ConfigError as exc:
-        return _fail(f"config error in {out / 'config.yaml'}: {exc}")
-    try:
-        checkpoint = load_checkpoint(out)
-    except CheckpointError as exc:
-        return _fail(f"--resume {out}: {exc}; nothing was changed")
-    if checkpoint["round"] >= cfg.rounds:
-        return _fail(f"--resume {out}: the run already finished its {cfg.rounds} rounds")
+        cfg, checkpoint = resume_point(out, option="--resume ")
+    except RunConfigError as exc:
+        return _fail(str(exc))
     print(f"resuming {out} after round {checkpoint['round']}", file=sys.stderr)
     from fedflex.launch import runner
 
