@@ -173,6 +173,26 @@ class MinNormResult:
         return self.gap / self.value if self.value > 0 else 0.0
 
 
+def _start(gram: np.ndarray, scale: Optional[np.ndarray]):
+    """Both solvers' start: the checked Gram matrix's column accessor, its (scaled)
+    diagonal, lambda at the best pair (:func:`best_pair`) and M lambda; or the answer
+    itself for one vector."""
+    gram = np.asarray(gram)
+    if gram.ndim != 2 or gram.shape[0] != gram.shape[1] or gram.shape[0] == 0:
+        raise ValueError(f"gram must be a non-empty square matrix, got shape {gram.shape}")
+    n = gram.shape[0]
+    if n == 1:
+        value = float(gram[0, 0]) * (float(scale[0]) ** 2 if scale is not None else 1.0)
+        return MinNormResult(np.ones(1), value, 0)
+    column = _scaled_gram(gram, scale)
+    diag = np.diag(gram) * (scale * scale if scale is not None else 1.0)
+    i, j, c, _ = best_pair(gram, scale)
+    lam = np.zeros(n)
+    lam[i], lam[j] = c, 1.0 - c
+    ml = c * column(i) + (1.0 - c) * column(j)  # M lambda, kept up to date
+    return column, diag, lam, ml
+
+
 def _gap(lam: np.ndarray, ml: np.ndarray) -> float:
     return max(float(lam @ ml) - float(ml.min()), 0.0)
 
@@ -205,19 +225,10 @@ def min_norm_weights(
     -------
     MinNormResult
     """
-    gram = np.asarray(gram)
-    if gram.ndim != 2 or gram.shape[0] != gram.shape[1] or gram.shape[0] == 0:
-        raise ValueError(f"gram must be a non-empty square matrix, got shape {gram.shape}")
-    n = gram.shape[0]
-    if n == 1:
-        value = float(gram[0, 0]) * (float(scale[0]) ** 2 if scale is not None else 1.0)
-        return MinNormResult(np.ones(1), value, 0)
-    column = _scaled_gram(gram, scale)
-    i, j, c, _ = best_pair(gram, scale)
-    lam = np.zeros(n)
-    lam[i], lam[j] = c, 1.0 - c
-    ml = c * column(i) + (1.0 - c) * column(j)  # M lambda, kept up to date
-    diag = np.diag(gram) * (scale * scale if scale is not None else 1.0)
+    start = _start(gram, scale)
+    if isinstance(start, MinNormResult):
+        return start
+    column, diag, lam, ml = start
     k = 0
     for k in range(1, iters + 1):
         t = int(np.argmin(ml))
@@ -253,19 +264,10 @@ def min_norm_away_steps(
     2 x ``gap_tol`` of the optimum, relatively), or after ``iters`` iterations. One
     iteration costs one column of M, as Frank-Wolfe's does.
     """
-    gram = np.asarray(gram)
-    if gram.ndim != 2 or gram.shape[0] != gram.shape[1] or gram.shape[0] == 0:
-        raise ValueError(f"gram must be a non-empty square matrix, got shape {gram.shape}")
-    n = gram.shape[0]
-    if n == 1:
-        value = float(gram[0, 0]) * (float(scale[0]) ** 2 if scale is not None else 1.0)
-        return MinNormResult(np.ones(1), value, 0)
-    column = _scaled_gram(gram, scale)
-    diag = np.diag(gram) * (scale * scale if scale is not None else 1.0)
-    i, j, c, _ = best_pair(gram, scale)
-    lam = np.zeros(n)
-    lam[i], lam[j] = c, 1.0 - c
-    ml = c * column(i) + (1.0 - c) * column(j)
+    start = _start(gram, scale)
+    if isinstance(start, MinNormResult):
+        return start
+    column, diag, lam, ml = start
     k = 0
     for k in range(1, iters + 1):
         value = float(lam @ ml)

@@ -18,14 +18,14 @@ an initializer replaces the model.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
 from fedflex import keys
 from fedflex.arrays import is_float
 from fedflex.config import LocalRuleConfig
-from strategies.parts import Arrays, ClientUpdate, ServerRule
+from strategies.parts import Arrays, ClientUpdate, ModelStateRule
 
 
 def fedcm_delta(updates: list[Arrays], steps: list[int], start: Arrays, lr: float) -> Arrays:
@@ -42,14 +42,13 @@ def fedcm_delta(updates: list[Arrays], steps: list[int], start: Arrays, lr: floa
     return out
 
 
-class FedCMServer(ServerRule):
+class FedCMServer(ModelStateRule):
     name = rule = "fedcm"
+    state_key = "delta"
 
     def __init__(self, lr: float, reset_on_switch: bool = False, options: Optional[LocalRuleConfig] = None) -> None:
-        super().__init__(options)
+        super().__init__(reset_on_switch, options)
         self.lr = lr
-        self.reset_on_switch = reset_on_switch
-        self.delta: Arrays = OrderedDict()
 
     def train_payload(self, server_round: int) -> dict[str, Arrays]:
         if not self.delta:
@@ -64,15 +63,5 @@ class FedCMServer(ServerRule):
         steps = [int(u.metrics.get(keys.NUM_STEPS, 0)) for u in updates]
         self.delta = fedcm_delta([u.arrays for u in updates], steps, global_arrays, self.lr)
 
-    def on_model_switch(self, server_round: int) -> None:
-        if self.reset_on_switch:
-            self.delta = OrderedDict()
-
     def summary(self) -> str:
         return f"fedcm(lr={self.lr}, reset_on_switch={self.reset_on_switch}; {super().summary()})"
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"delta": dict(self.delta)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.delta = OrderedDict(state["delta"])

@@ -20,13 +20,13 @@ aggregator, so FedAvg with ``weighted: false`` and ``server_lr: 1`` gives w^t ex
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
 from fedflex.arrays import is_float
 from fedflex.config import LocalRuleConfig
-from strategies.parts import Arrays, ClientUpdate, ServerRule
+from strategies.parts import Arrays, ClientUpdate, ModelStateRule
 
 
 def feddyn_h(h: Arrays, updates: list[Arrays], start: Arrays, alpha: float, num_clients: int) -> Arrays:
@@ -41,16 +41,15 @@ def feddyn_h(h: Arrays, updates: list[Arrays], start: Arrays, alpha: float, num_
     return out
 
 
-class FedDynServer(ServerRule):
+class FedDynServer(ModelStateRule):
     name = rule = "feddyn"
+    state_key = "h"
 
     def __init__(
         self, num_clients: int, reset_on_switch: bool = False, options: Optional[LocalRuleConfig] = None
     ) -> None:
-        super().__init__(options)
+        super().__init__(reset_on_switch, options)
         self.num_clients = num_clients
-        self.reset_on_switch = reset_on_switch
-        self.h: Arrays = OrderedDict()
 
     @property
     def alpha(self) -> float:
@@ -66,15 +65,5 @@ class FedDynServer(ServerRule):
                 arrays[k] = (np.asarray(arrays[k], dtype=np.float32) - h / self.alpha).astype(np.float32)
             u.arrays = arrays
 
-    def on_model_switch(self, server_round: int) -> None:
-        if self.reset_on_switch:
-            self.h = OrderedDict()
-
     def summary(self) -> str:
         return f"feddyn(num_clients={self.num_clients}, reset_on_switch={self.reset_on_switch}; {super().summary()})"
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"h": dict(self.h)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.h = OrderedDict(state["h"])

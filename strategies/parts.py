@@ -175,6 +175,29 @@ class ServerRule(Part):
         """See the round's validated replies (before the aggregator)."""
 
 
+class ModelStateRule(ServerRule):
+    """A server half that keeps one model-shaped state, named ``state_key`` (SCAFFOLD's c,
+    FedDyn's h, FedCM's Delta): empty (read as zeros) at first, emptied when an
+    initializer replaces the model if ``reset_on_switch``, checkpointed under its name."""
+
+    state_key = "state"
+
+    def __init__(self, reset_on_switch: bool = False, options: Optional[LocalRuleConfig] = None) -> None:
+        super().__init__(options)
+        self.reset_on_switch = reset_on_switch
+        setattr(self, self.state_key, OrderedDict())
+
+    def on_model_switch(self, server_round: int) -> None:
+        if self.reset_on_switch:
+            setattr(self, self.state_key, OrderedDict())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {self.state_key: dict(getattr(self, self.state_key))}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        setattr(self, self.state_key, OrderedDict(state[self.state_key]))
+
+
 class Initializer(Part):
     """Chooses the model a new session starts from."""
 

@@ -12,26 +12,25 @@ own c_i stay: they are client state).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
 from fedflex import keys
 from fedflex.arrays import is_float
 from fedflex.config import LocalRuleConfig
-from strategies.parts import Arrays, ClientUpdate, ServerRule
+from strategies.parts import Arrays, ClientUpdate, ModelStateRule
 
 
-class ScaffoldServer(ServerRule):
+class ScaffoldServer(ModelStateRule):
     name = rule = "scaffold"
+    state_key = "c"
 
     def __init__(
         self, num_clients: int, reset_on_switch: bool = False, options: Optional[LocalRuleConfig] = None
     ) -> None:
-        super().__init__(options)
+        super().__init__(reset_on_switch, options)
         self.num_clients = num_clients
-        self.reset_on_switch = reset_on_switch
-        self.c: "OrderedDict[str, np.ndarray]" = OrderedDict()
 
     def _ensure(self, like: Arrays) -> None:
         if not self.c:
@@ -50,15 +49,5 @@ class ScaffoldServer(ServerRule):
             for k, v in dc.items():
                 self.c[k] = (self.c[k] + v / self.num_clients).astype(np.float32)
 
-    def on_model_switch(self, server_round: int) -> None:
-        if self.reset_on_switch:
-            self.c = OrderedDict()
-
     def summary(self) -> str:
         return f"scaffold(reset_on_switch={self.reset_on_switch}; {super().summary()})"
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"c": dict(self.c)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.c = OrderedDict(state["c"])
