@@ -235,8 +235,8 @@ class ClientConfig:
 
 
 SAMPLERS = ("uniform", "hics", "pow-d", "clustered")
-AGGREGATORS = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedaware", "bherd")
-SERVER_OPTIMIZERS = ("fedavgm", "fedadam", "fedyogi", "fedadagrad")
+AGGREGATORS = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedams", "fedaware", "bherd")
+SERVER_OPTIMIZERS = ("fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedams")
 INITIALIZERS = ("previous", "average", "session-aware")
 LOCAL_RULES = ("sgd", "fedprox", "scaffold", "fednova", "bherd", "grab")
 BHERD_BASES = ("fedavg", "fednova", "scaffold")
@@ -306,6 +306,10 @@ class AggregatorConfig:
     - ``fedavgm`` / ``fedadam`` / ``fedyogi`` / ``fedadagrad``: server optimisers on the
       pseudo-gradient x - avg_i x_i (Hsu et al., 2019; Reddi et al., 2021): ``server_lr``,
       ``server_momentum`` (FedAvgM), ``beta1``, ``beta2``, ``tau``.
+    - ``fedams``: FedAMS (Wang et al., 2022): Adam's moments with v_hat = max(v_hat, v)
+      (AMSGrad); ``beta1``, ``beta2``, ``tau`` (epsilon), ``ams_epsilon_at``: ``max``
+      (default, the paper's v_hat = max(v_hat, v, eps), step m / sqrt(v_hat)) or
+      ``denominator`` (step m / (sqrt(v_hat) + eps), FedAMSGrad).
     - ``fedaware``: FedAWARE (Zeng et al.): per-client momenta (``aware_momentum``),
       min-norm weights by Frank-Wolfe; see ``aware_*`` keys.
     - ``bherd``: BHerd's server step w - (eta / alpha) sum_i p_i g_i.
@@ -321,6 +325,7 @@ class AggregatorConfig:
     beta1: float = 0.9
     beta2: float = 0.99
     tau: float = 1e-3
+    ams_epsilon_at: str = "max"  # fedams: eps inside the max (paper) or added to sqrt(v_hat)
     aware: bool = False
     aware_momentum: float = 0.5
     aware_normalize: bool = False
@@ -341,6 +346,7 @@ class AggregatorConfig:
         _num(path, "beta1", self.beta1, ge=0, lt=1)
         _num(path, "beta2", self.beta2, ge=0, lt=1)
         _num(path, "tau", self.tau, gt=0)
+        _choice(path, "ams_epsilon_at", self.ams_epsilon_at, ("max", "denominator"))
         _num(path, "aware_momentum", self.aware_momentum, gt=0, le=1)
         _num(path, "aware_iters", self.aware_iters, ge=1)
         _num(path, "aware_tol", self.aware_tol, gt=0)

@@ -24,7 +24,7 @@ from strategies.fedaware import AWARE_BASES, make_fedaware, with_aware
 from strategies.fedflex import FedFlex
 from strategies.fednova import FedNovaServer
 from strategies.hics import hics_from_config
-from strategies.optimizers import FedAdagrad, FedAdam, FedAvgM, FedYogi
+from strategies.optimizers import FedAdagrad, FedAdam, FedAMS, FedAvgM, FedYogi
 from strategies.parts import Aggregator, Initializer, Sampler, ServerRule
 from strategies.powd import PowDSampler
 from strategies.scaffold import ScaffoldServer
@@ -80,6 +80,15 @@ AGGREGATORS: dict[str, Callable[[ScenarioConfig], Aggregator]] = {
     "fedadam": with_aware(_adaptive(FedAdam)),
     "fedyogi": with_aware(_adaptive(FedYogi)),
     "fedadagrad": with_aware(_adaptive(FedAdagrad)),
+    "fedams": with_aware(
+        lambda cfg: FedAMS(
+            beta1=cfg.strategy.aggregator.beta1,
+            beta2=cfg.strategy.aggregator.beta2,
+            tau=cfg.strategy.aggregator.tau,
+            epsilon_at=cfg.strategy.aggregator.ams_epsilon_at,
+            **_opt_kwargs(cfg),
+        )
+    ),
     "fedaware": make_fedaware,
     "bherd": lambda cfg: _bherd_aggregator(cfg),
 }
