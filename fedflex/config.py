@@ -234,7 +234,7 @@ class ClientConfig:
         _num(path, "num_threads", self.num_threads, ge=0)
 
 
-SAMPLERS = ("uniform", "hics", "pow-d", "clustered")
+SAMPLERS = ("uniform", "hics", "pow-d", "clustered", "divfl")
 AGGREGATORS = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedams", "fedaware", "bherd")
 SERVER_OPTIMIZERS = ("fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedams")
 INITIALIZERS = ("previous", "average", "session-aware")
@@ -256,6 +256,10 @@ class SamplerConfig:
     - ``pow-d``: Power-of-Choice (Cho et al., 2020): ``d`` candidates (0: all online)
       are asked for their loss on the global model; the K highest train.
     - ``clustered``: Clustered Sampling (Fraboni et al., 2021) on update similarity.
+    - ``divfl``: DivFL (Balakrishnan et al., 2022): greedy facility location over update
+      proxies; ``divfl_proxies``: ``stale`` (each client's latest update, default) or
+      ``ideal`` (every online client trains on the current model each round before the
+      selection; ``divfl_probe_steps`` > 0 shortens that probe to so many local steps).
 
     ``clients_per_round``: unset, 5 (or ``num_clients`` when there are fewer); a value
     above ``num_clients`` is refused. ``explore_first``: online clients that never trained are drawn first (shuffled,
@@ -275,6 +279,8 @@ class SamplerConfig:
     variant: str = "paper"
     ward: str = "exact"
     d: int = 0
+    divfl_proxies: str = "stale"
+    divfl_probe_steps: int = 0  # ideal proxies: 0 = the round's local training
     explore_first: bool = False
 
     def validate(self, path: str) -> None:
@@ -295,6 +301,8 @@ class SamplerConfig:
         _choice(path, "variant", self.variant, ("paper", "authors"))
         _choice(path, "ward", self.ward, ("exact", "scalable"))
         _num(path, "d", self.d, ge=0)
+        _choice(path, "divfl_proxies", self.divfl_proxies, ("stale", "ideal"))
+        _num(path, "divfl_probe_steps", self.divfl_probe_steps, ge=0)
 
 
 @dataclass

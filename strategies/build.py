@@ -20,6 +20,7 @@ from fedflex.config import ConfigError, ScenarioConfig
 from strategies.basic import ExploreFirstSampler, FedAvgAggregator, PreviousInitializer, UniformSampler
 from strategies.bherd import BHerdAggregator, RuleOptions
 from strategies.clustered import ClusteredSampler
+from strategies.divfl import DivFLSampler
 from strategies.fedaware import AWARE_BASES, make_fedaware, with_aware
 from strategies.fedflex import FedFlex
 from strategies.fednova import FedNovaServer
@@ -67,6 +68,11 @@ SAMPLERS: dict[str, Callable[[ScenarioConfig], Sampler]] = {
         seed=cfg.seed + 12, d=cfg.strategy.sampler.d, clients_per_round=cfg.strategy.sampler.clients_per_round
     ),
     "clustered": lambda cfg: ClusteredSampler(seed=cfg.seed + 13, ward=cfg.strategy.sampler.ward),
+    "divfl": lambda cfg: DivFLSampler(
+        seed=cfg.seed + 15,
+        proxies=cfg.strategy.sampler.divfl_proxies,
+        probe_steps=cfg.strategy.sampler.divfl_probe_steps,
+    ),
 }
 
 AGGREGATORS: dict[str, Callable[[ScenarioConfig], Aggregator]] = {

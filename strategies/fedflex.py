@@ -323,6 +323,37 @@ class FedFlex(Strategy):
             out[client] = dict(reply.content[keys.METRICS])
         return out
 
+    def probe(
+        self, server_round: int, clients: np.ndarray, arrays: "OrderedDict[str, np.ndarray]", steps: int = 0
+    ) -> list[ClientUpdate]:
+        if self._grid is None:
+            raise RuntimeError("probe is only available while the strategy runs")
+        # the scenario's training settings, but plain SGD and none of the parts' payloads:
+        # a probe must not move client state (SCAFFOLD's variates) or server state
+        config = ConfigRecord(dict(self._config))
+        config[keys.LOCAL_RULE] = "sgd"
+        config[keys.PROXIMAL_MU] = 0.0
+        config[keys.SERVER_ROUND] = server_round
+        if steps > 0:
+            config[keys.STEPS] = int(steps)
+        content = RecordDict({keys.ARRAYS: numpy_to_record(arrays), keys.CONFIG: config})
+        messages = [
+            Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN, ttl=self._timeout)
+            for node in self.nodes.nodes_of(clients)
+        ]
+        out: list[ClientUpdate] = []
+        for reply in self._grid.send_and_receive(messages, timeout=self._timeout):
+            client = self.nodes.client_of(reply.metadata.src_node_id)
+            if client is None or reply.has_error():
+                continue
+            update, reason = check_reply(reply.content, arrays)
+            if update is None:
+                log(WARNING, "round %d: probe reply of client %d rejected: %s", server_round, client, reason)
+                continue
+            update.client = client
+            out.append(update)
+        return sorted(out, key=lambda u: u.client)
+
     # ------------------------------------------------------------------ online set
     def online_clients(self, server_round: int, grid: Grid) -> np.ndarray:
         """Client ids online in ``server_round``: schedule (if any) cut to live nodes."""
