@@ -234,7 +234,7 @@ class ClientConfig:
         _num(path, "num_threads", self.num_threads, ge=0)
 
 
-SAMPLERS = ("uniform", "hics", "pow-d", "clustered", "divfl")
+SAMPLERS = ("uniform", "hics", "pow-d", "clustered", "divfl", "fedcor")
 AGGREGATORS = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedams", "fedaware", "bherd")
 SERVER_OPTIMIZERS = ("fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedams")
 INITIALIZERS = ("previous", "average", "session-aware")
@@ -260,6 +260,12 @@ class SamplerConfig:
       proxies; ``divfl_proxies``: ``stale`` (each client's latest update, default) or
       ``ideal`` (every online client trains on the current model each round before the
       selection; ``divfl_probe_steps`` > 0 shortens that probe to so many local steps).
+    - ``fedcor``: FedCor (Tang et al., 2022): a Gaussian process over the clients' loss
+      changes (every online client reports its loss in the ``fedcor_warmup`` random
+      rounds and in 2 of every ``fedcor_refresh`` rounds), client embeddings of
+      ``fedcor_rank`` dimensions fitted to the last ``fedcor_history`` loss-change
+      vectors, greedy selection by expected global loss reduction; ``fedcor_discount``
+      lowers the assumed drop of a client per selection since the last fit.
 
     ``clients_per_round``: unset, 5 (or ``num_clients`` when there are fewer); a value
     above ``num_clients`` is refused. ``explore_first``: online clients that never trained are drawn first (shuffled,
@@ -281,6 +287,11 @@ class SamplerConfig:
     d: int = 0
     divfl_proxies: str = "stale"
     divfl_probe_steps: int = 0  # ideal proxies: 0 = the round's local training
+    fedcor_warmup: int = 15
+    fedcor_refresh: int = 10  # 0: never refit after the warm-up
+    fedcor_rank: int = 10
+    fedcor_history: int = 50
+    fedcor_discount: float = 0.9
     explore_first: bool = False
 
     def validate(self, path: str) -> None:
@@ -303,6 +314,13 @@ class SamplerConfig:
         _num(path, "d", self.d, ge=0)
         _choice(path, "divfl_proxies", self.divfl_proxies, ("stale", "ideal"))
         _num(path, "divfl_probe_steps", self.divfl_probe_steps, ge=0)
+        _num(path, "fedcor_warmup", self.fedcor_warmup, ge=1)
+        if self.fedcor_refresh == 1:
+            raise ConfigError(_join(path, "fedcor_refresh"), 1, "must be 0 (never) or >= 2 (two queries per refresh)")
+        _num(path, "fedcor_refresh", self.fedcor_refresh, ge=0)
+        _num(path, "fedcor_rank", self.fedcor_rank, ge=1)
+        _num(path, "fedcor_history", self.fedcor_history, ge=2)
+        _num(path, "fedcor_discount", self.fedcor_discount, gt=0, le=1)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from strategies.bherd import BHerdAggregator, RuleOptions
 from strategies.clustered import ClusteredSampler
 from strategies.divfl import DivFLSampler
 from strategies.fedaware import AWARE_BASES, make_fedaware, with_aware
+from strategies.fedcor import FedCorSampler
 from strategies.fedflex import FedFlex
 from strategies.fednova import FedNovaServer
 from strategies.hics import hics_from_config
@@ -72,6 +73,14 @@ SAMPLERS: dict[str, Callable[[ScenarioConfig], Sampler]] = {
         seed=cfg.seed + 15,
         proxies=cfg.strategy.sampler.divfl_proxies,
         probe_steps=cfg.strategy.sampler.divfl_probe_steps,
+    ),
+    "fedcor": lambda cfg: FedCorSampler(
+        seed=cfg.seed + 16,
+        warmup=cfg.strategy.sampler.fedcor_warmup,
+        refresh=cfg.strategy.sampler.fedcor_refresh,
+        rank=cfg.strategy.sampler.fedcor_rank,
+        history=cfg.strategy.sampler.fedcor_history,
+        discount=cfg.strategy.sampler.fedcor_discount,
     ),
 }
 
