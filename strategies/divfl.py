@@ -110,11 +110,12 @@ def greedy_facility_location(dist: np.ndarray, k: int, block: int = 1024) -> tup
     costs: list[float] = []
     taken = np.zeros(n, dtype=bool)
     for _ in range(k):
-        # score_j = sum_v min(m_v, dist[v, j]) = the cost after adding j (smaller is better)
+        # score_j = sum_v min(m_v, dist[v, j]) = the cost after adding j (smaller is better);
+        # the minimum in dist's precision, the sum in float64
+        near = nearest.astype(dist.dtype)[:, None]
         score = np.empty(n, dtype=np.float64)
         for a in range(0, n, block):
-            cols = dist[:, a : a + block].astype(np.float64)
-            score[a : a + block] = np.minimum(nearest[:, None], cols).sum(axis=0)
+            score[a : a + block] = np.minimum(near, dist[:, a : a + block]).sum(axis=0, dtype=np.float64)
         score[taken] = np.inf
         j = int(np.argmin(score))  # first minimum: lowest index on ties
         chosen.append(j)
