@@ -6,7 +6,15 @@ long run reaches), then ``--rounds`` rounds of ``sample(K)`` + ``observe(K repli
 are timed; one more round runs under ``tracemalloc`` for the peak of Python/numpy
 allocations during a round. The updates have the shapes of the HiCS-FL FMNIST CNN
 (``cnn-fmnist``, 18,378 parameters): HiCS reads only the 10 output biases, clustered
-sketches the whole update (``strategies.clustered.CountSketch``).
+and DivFL sketch the whole update (``strategies.clustered.CountSketch``).
+
+DivFL's timed rounds are its selection with stale proxies (with ``ideal`` proxies the
+server does the same work on fresh proxies; the extra cost, every online client
+training, is on the clients). FedCor first runs its 15 warm-up rounds (loss queries
+answered instantly by the benchmark's context, so only the server's work is timed; the
+GP is refitted after every query from the 2nd on); the timed rounds are selection
+rounds, and ``refit s`` is one GP fit on the 15 warm-up loss-change vectors (what a
+refresh round adds).
 
     python benchmarks/sampler_cost.py --clients 100 1000 10000 --rounds 3
 
@@ -56,10 +64,22 @@ class Ctx:
     def data_sizes(self):
         return self.sizes
 
+    def query(self, server_round, clients, arrays):
+        """Losses for FedCor: two groups of clients whose losses move together, plus noise."""
+        rng = np.random.default_rng(server_round)
+        shared = rng.normal(size=2)
+        noise = rng.normal(scale=0.1, size=len(clients))
+        return {
+            int(c): {"eval-loss": 2.0 + shared[int(c) % 2] + noise[i], "num-examples": self.sizes[int(c)]}
+            for i, c in enumerate(clients)
+        }
+
 
 def make_sampler(name: str, n: int, ward: str, rounds: int):
     from strategies.basic import UniformSampler
     from strategies.clustered import ClusteredSampler
+    from strategies.divfl import DivFLSampler
+    from strategies.fedcor import FedCorSampler
     from strategies.hics import HiCSSampler
 
     if name == "uniform":
@@ -68,6 +88,10 @@ def make_sampler(name: str, n: int, ward: str, rounds: int):
         return HiCSSampler(bias_key="fc_out.bias", num_clients=n, rounds=rounds, seed=0, ward=ward)
     if name == "clustered":
         return ClusteredSampler(seed=0, ward=ward)
+    if name == "divfl":
+        return DivFLSampler(seed=0)
+    if name == "fedcor":
+        return FedCorSampler(seed=0, warmup=15, refresh=0)
     raise SystemExit(f"unknown sampler {name}")
 
 
@@ -96,8 +120,17 @@ def one(name: str, n: int, ward: str, k: int, rounds: int) -> dict:
     t0 = time.perf_counter()
     for a in range(0, n, 500):
         sampler.observe(1, [fake_update(c, rng, g) for c in range(a, min(n, a + 500))], g)
+    refit_s = None
+    if name == "fedcor":  # the warm-up: a loss query each round, a fit from the 2nd change on
+        for t in range(1, sampler.warmup + 1):
+            sampler.sample(t, online, k)
+        t1 = time.perf_counter()
+        sampler._fit()
+        refit_s = time.perf_counter() - t1
     prefill_s = time.perf_counter() - t0
-    start = getattr(sampler, "warmup_rounds", 0) + 1
+    start = getattr(sampler, "warmup_rounds", 0) + getattr(sampler, "warmup", 0) + 1
+    if name == "fedcor":
+        start += 1  # round warmup + 1 still queries (it completes the last loss change)
     pool = [fake_update(i, rng, g) for i in range(k)]  # replies, made before the clock starts
     times = []
     for i in range(rounds + 1):
@@ -118,19 +151,20 @@ def one(name: str, n: int, ward: str, k: int, rounds: int) -> dict:
     return {
         "sampler": name,
         "clients": n,
-        "ward": ward if name != "uniform" else "-",
+        "ward": ward if name not in ("uniform", "divfl", "fedcor") else "-",
         "k": k,
         "round_s": statistics.median(times),
         "traced_peak_mib": peak / 2**20,
         "rss_mib": rss_mib,
         "prefill_s": prefill_s,
+        "refit_s": refit_s,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, nargs="+", default=[100, 1000, 10000])
-    parser.add_argument("--samplers", nargs="+", default=["uniform", "hics", "clustered"])
+    parser.add_argument("--samplers", nargs="+", default=["uniform", "hics", "clustered", "divfl", "fedcor"])
     parser.add_argument("--ward", nargs="+", default=["exact", "scalable"])
     parser.add_argument("--k", type=int, default=10, help="clients per round")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per configuration")
@@ -140,10 +174,13 @@ def main() -> None:
         name, n, ward = args.one
         print(json.dumps(one(name, int(n), ward, args.k, args.rounds)))
         return
-    print(f"{'sampler':>10} {'N':>6} {'ward':>9} {'s/round':>9} {'round peak MiB':>15} {'RSS MiB':>8} {'prefill s':>9}")
+    print(
+        f"{'sampler':>10} {'N':>6} {'ward':>9} {'s/round':>9} {'round peak MiB':>15} {'RSS MiB':>8} "
+        f"{'prefill s':>9} {'refit s':>8}"
+    )
     for n in args.clients:
         for name in args.samplers:
-            for ward in ["-"] if name == "uniform" else args.ward:
+            for ward in ["-"] if name in ("uniform", "divfl", "fedcor") else args.ward:
                 if name != "uniform" and ward == "scalable" and n <= 1000:
                     continue  # identical to exact below the 1000-client subsample
                 cmd = [sys.executable, __file__, "--one", name, str(n), ward]
@@ -155,7 +192,8 @@ def main() -> None:
                 r = json.loads(proc.stdout.strip().splitlines()[-1])
                 print(
                     f"{name:>10} {n:>6} {r['ward']:>9} {r['round_s']:>9.4f} {r['traced_peak_mib']:>15.1f} "
-                    f"{r['rss_mib']:>8.0f} {r['prefill_s']:>9.2f}",
+                    f"{r['rss_mib']:>8.0f} {r['prefill_s']:>9.2f} "
+                    f"{'-' if r['refit_s'] is None else format(r['refit_s'], '.3f'):>8}",
                     flush=True,
                 )
 

@@ -282,8 +282,8 @@ class ClientConfig:
         return [f.name for f in dataclasses.fields(self) if f.name not in self.WORKER]
 
 
-SAMPLERS = ("uniform", "hics", "pow-d", "clustered")
-AGGREGATORS = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedaware", "bherd")
+SAMPLERS = ("uniform", "hics", "pow-d", "clustered", "divfl", "fedcor")
+AGGREGATORS = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedams", "fedaware", "bherd")
 INITIALIZERS = ("previous", "average", "session-aware")
 LOCAL_RULES = ("sgd", "fedprox", "scaffold", "fednova", "bherd", "grab", "feddyn", "fedcm")
 BHERD_BASES = ("fedavg", "fednova", "scaffold")
@@ -303,6 +303,16 @@ class SamplerConfig(_PartOptions):
     - ``pow-d``: Power-of-Choice (Cho et al., 2020): ``d`` candidates (0: all online)
       are asked for their loss on the global model; the K highest train.
     - ``clustered``: Clustered Sampling (Fraboni et al., 2021) on update similarity.
+    - ``divfl``: DivFL (Balakrishnan et al., 2022): greedy facility location over update
+      proxies; ``divfl_proxies``: ``stale`` (each client's latest update, default) or
+      ``ideal`` (every online client trains on the current model each round before the
+      selection; ``divfl_probe_steps`` > 0 shortens that probe to so many local steps).
+    - ``fedcor``: FedCor (Tang et al., 2022): a Gaussian process over the clients' loss
+      changes (every online client reports its loss in the ``fedcor_warmup`` random
+      rounds and in 2 of every ``fedcor_refresh`` rounds), client embeddings of
+      ``fedcor_rank`` dimensions fitted to the last ``fedcor_history`` loss-change
+      vectors, greedy selection by expected global loss reduction; ``fedcor_discount``
+      lowers the assumed drop of a client per selection since the last fit.
 
     ``clients_per_round``: unset, 5 (or ``num_clients`` when there are fewer); a value
     above ``num_clients`` is refused. ``explore_first``: online clients that never trained are drawn first (shuffled,
@@ -322,6 +332,13 @@ class SamplerConfig(_PartOptions):
     variant: str = "paper"
     ward: str = "exact"
     d: int = 0
+    divfl_proxies: str = "stale"
+    divfl_probe_steps: int = 0  # ideal proxies: 0 = the round's local training
+    fedcor_warmup: int = 15
+    fedcor_refresh: int = 10  # 0: never refit after the warm-up
+    fedcor_rank: int = 10
+    fedcor_history: int = 50
+    fedcor_discount: float = 0.9
     explore_first: bool = False
 
     USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -329,6 +346,11 @@ class SamplerConfig(_PartOptions):
         **{k: ("hics",) for k in ("temperature", "hics_lambda", "gamma0", "num_clusters", "departed", "variant")},
         "ward": ("hics", "clustered"),
         "d": ("pow-d",),
+        **{k: ("divfl",) for k in ("divfl_proxies", "divfl_probe_steps")},
+        **{
+            k: ("fedcor",)
+            for k in ("fedcor_warmup", "fedcor_refresh", "fedcor_rank", "fedcor_history", "fedcor_discount")
+        },
     }
 
     def validate(self, path: str) -> None:
@@ -349,6 +371,15 @@ class SamplerConfig(_PartOptions):
         _choice(path, "variant", self.variant, ("paper", "authors"))
         _choice(path, "ward", self.ward, ("exact", "scalable"))
         _num(path, "d", self.d, ge=0)
+        _choice(path, "divfl_proxies", self.divfl_proxies, ("stale", "ideal"))
+        _num(path, "divfl_probe_steps", self.divfl_probe_steps, ge=0)
+        _num(path, "fedcor_warmup", self.fedcor_warmup, ge=1)
+        if self.fedcor_refresh == 1:
+            raise ConfigError(_join(path, "fedcor_refresh"), 1, "must be 0 (never) or >= 2 (two queries per refresh)")
+        _num(path, "fedcor_refresh", self.fedcor_refresh, ge=0)
+        _num(path, "fedcor_rank", self.fedcor_rank, ge=1)
+        _num(path, "fedcor_history", self.fedcor_history, ge=2)
+        _num(path, "fedcor_discount", self.fedcor_discount, gt=0, le=1)
 
 
 @dataclass
@@ -360,6 +391,10 @@ class AggregatorConfig(_PartOptions):
     - ``fedavgm`` / ``fedadam`` / ``fedyogi`` / ``fedadagrad``: server optimisers on the
       pseudo-gradient x - avg_i x_i (Hsu et al., 2019; Reddi et al., 2021): ``server_lr``,
       ``server_momentum`` (FedAvgM), ``beta1``, ``beta2``, ``tau``.
+    - ``fedams``: FedAMS (Wang et al., 2022): Adam's moments with v_hat = max(v_hat, v)
+      (AMSGrad); ``beta1``, ``beta2``, ``tau`` (epsilon), ``ams_epsilon_at``: ``max``
+      (default, the paper's v_hat = max(v_hat, v, eps), step m / sqrt(v_hat)) or
+      ``denominator`` (step m / (sqrt(v_hat) + eps), FedAMSGrad).
     - ``fedaware``: FedAWARE (Zeng et al.): per-client momenta (``aware_momentum``),
       min-norm weights by Frank-Wolfe; see ``aware_*`` keys.
     - ``bherd``: BHerd's server step w - (eta / alpha) sum_i p_i g_i.
@@ -375,6 +410,7 @@ class AggregatorConfig(_PartOptions):
     beta1: float = 0.9
     beta2: float = 0.99
     tau: float = 1e-3
+    ams_epsilon_at: str = "max"  # fedams: eps inside the max (paper) or added to sqrt(v_hat)
     aware: bool = False
     aware_momentum: float = 0.5
     aware_normalize: bool = False
@@ -392,7 +428,8 @@ class AggregatorConfig(_PartOptions):
 
     USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {
         "server_momentum": ("fedavgm",),
-        **{k: ("fedadam", "fedyogi", "fedadagrad") for k in ("beta1", "beta2", "tau")},
+        **{k: ("fedadam", "fedyogi", "fedadagrad", "fedams") for k in ("beta1", "beta2", "tau")},
+        "ams_epsilon_at": ("fedams",),
         **{
             k: ("fedaware", "aware=true")  # or any base with aware: true (see _reads)
             for k in (
@@ -422,6 +459,7 @@ class AggregatorConfig(_PartOptions):
         _num(path, "beta1", self.beta1, ge=0, lt=1)
         _num(path, "beta2", self.beta2, ge=0, lt=1)
         _num(path, "tau", self.tau, gt=0)
+        _choice(path, "ams_epsilon_at", self.ams_epsilon_at, ("max", "denominator"))
         _num(path, "aware_momentum", self.aware_momentum, gt=0, le=1)
         _num(path, "aware_iters", self.aware_iters, ge=1, optional=True)
         _num(path, "aware_tol", self.aware_tol, gt=0)

@@ -45,6 +45,16 @@ FEDYOGI = [
     "strategy.aggregator.beta2=0.99",
     "strategy.aggregator.tau=1e-4",
 ]
+# FedAMS: the same a-priori eta_g and betas as FedYogi; eps sits in the max (the paper's
+# v_hat = max(v_hat, v, eps)), so eps = 1e-8 floors the denominator at 1e-4 = FedYogi's tau
+FEDAMS = [
+    "strategy.aggregator.name=fedams",
+    f"strategy.aggregator.server_lr={10**-2.5:.6g}",
+    "strategy.aggregator.beta1=0.9",
+    "strategy.aggregator.beta2=0.99",
+    "strategy.aggregator.tau=1e-8",
+    "strategy.aggregator.ams_epsilon_at=max",
+]
 FEDPROX = ["strategy.aggregator.name=fedavg", "strategy.local_rule.name=fedprox", "strategy.local_rule.mu=0.01"]
 AWARE = ["strategy.aggregator.aware=true"]
 # FedCM's alpha and FedDyn's alpha: the defaults of their papers (FedAWARE tuned them on
@@ -72,6 +82,8 @@ METHODS: dict[str, tuple[list[str], Optional[float], Optional[float]]] = {
     "fedprox-aware": ([*FEDPROX, *AWARE], 49.40, 2.87),
     "fedcm-aware": ([*FEDCM, *AWARE], 49.13, 3.09),
     "fedyogi-aware": ([*FEDYOGI, *AWARE], 54.92, 2.66),
+    "fedams": (FEDAMS, None, None),
+    "fedams-aware": ([*FEDAMS, *AWARE], None, None),
     "fedaware-raw": (["strategy.aggregator.name=fedaware", "strategy.aggregator.aware_normalize=false"], None, None),
     "fedaware-rescale": (["strategy.aggregator.name=fedaware", "strategy.aggregator.aware_rescale=true"], None, None),
 }

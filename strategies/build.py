@@ -19,13 +19,15 @@ from fedflex.config import ConfigError, ScenarioConfig
 from strategies.basic import ExploreFirstSampler, FedAvgAggregator, PreviousInitializer, UniformSampler
 from strategies.bherd import BHerdAggregator
 from strategies.clustered import ClusteredSampler
+from strategies.divfl import DivFLSampler
 from strategies.fedaware import AWARE_BASES, make_fedaware, with_aware
 from strategies.fedcm import FedCMServer
+from strategies.fedcor import FedCorSampler
 from strategies.feddyn import FedDynServer
 from strategies.fedflex import FedFlex
 from strategies.fednova import FedNovaServer
 from strategies.hics import hics_from_config
-from strategies.optimizers import FedAdagrad, FedAdam, FedAvgM, FedYogi
+from strategies.optimizers import FedAdagrad, FedAdam, FedAMS, FedAvgM, FedYogi
 from strategies.parts import Aggregator, Initializer, Sampler, ServerRule
 from strategies.powd import PowDSampler
 from strategies.scaffold import ScaffoldServer
@@ -68,6 +70,19 @@ SAMPLERS: dict[str, Callable[[ScenarioConfig], Sampler]] = {
         seed=cfg.seed + 12, d=cfg.strategy.sampler.d, clients_per_round=cfg.strategy.sampler.clients_per_round
     ),
     "clustered": lambda cfg: ClusteredSampler(seed=cfg.seed + 13, ward=cfg.strategy.sampler.ward),
+    "divfl": lambda cfg: DivFLSampler(
+        seed=cfg.seed + 15,
+        proxies=cfg.strategy.sampler.divfl_proxies,
+        probe_steps=cfg.strategy.sampler.divfl_probe_steps,
+    ),
+    "fedcor": lambda cfg: FedCorSampler(
+        seed=cfg.seed + 16,
+        warmup=cfg.strategy.sampler.fedcor_warmup,
+        refresh=cfg.strategy.sampler.fedcor_refresh,
+        rank=cfg.strategy.sampler.fedcor_rank,
+        history=cfg.strategy.sampler.fedcor_history,
+        discount=cfg.strategy.sampler.fedcor_discount,
+    ),
 }
 
 AGGREGATORS: dict[str, Callable[[ScenarioConfig], Aggregator]] = {
@@ -81,6 +96,15 @@ AGGREGATORS: dict[str, Callable[[ScenarioConfig], Aggregator]] = {
     "fedadam": with_aware(_adaptive(FedAdam)),
     "fedyogi": with_aware(_adaptive(FedYogi)),
     "fedadagrad": with_aware(_adaptive(FedAdagrad)),
+    "fedams": with_aware(
+        lambda cfg: FedAMS(
+            beta1=cfg.strategy.aggregator.beta1,
+            beta2=cfg.strategy.aggregator.beta2,
+            tau=cfg.strategy.aggregator.tau,
+            epsilon_at=cfg.strategy.aggregator.ams_epsilon_at,
+            **_opt_kwargs(cfg),
+        )
+    ),
     "fedaware": make_fedaware,
     "bherd": lambda cfg: _bherd_aggregator(cfg),
 }

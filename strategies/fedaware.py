@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from fedflex.config import ScenarioConfig
 
 #: aggregators the AWARE plug-in can wrap (``strategy.aggregator.aware: true``)
-AWARE_BASES = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
+AWARE_BASES = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedams")
 #: storage types of the momenta
 MOMENTUM_DTYPES = ("float32", "float16", "bfloat16")
 #: what happens to the momentum of a client that is offline

@@ -36,6 +36,7 @@ from flwr.serverapp.strategy import Result, Strategy
 from fedflex import keys
 from fedflex.arrays import numpy_to_record, record_to_numpy
 from fedflex.churn import Availability, SessionTracker
+from fedflex.records import record_key
 from strategies.diagnostics import e_lud
 from strategies.nodes import NodeDirectory
 from strategies.parts import Aggregator, ClientUpdate, Initializer, Part, Sampler, ServerRule
@@ -322,6 +323,35 @@ class FedFlex(Strategy):
                 continue
             out[client] = dict(reply.content[keys.METRICS])
         return out
+
+    def probe(
+        self, server_round: int, clients: np.ndarray, arrays: "OrderedDict[str, np.ndarray]", steps: int = 0
+    ) -> list[ClientUpdate]:
+        if self._grid is None:
+            raise RuntimeError("probe is only available while the strategy runs")
+        # the scenario's training settings, but plain SGD and none of the parts' payloads:
+        # a probe must not move client state (SCAFFOLD's variates) or server state
+        config = ConfigRecord({**self._config, **ServerRule().train_config(server_round)})  # sgd's options
+        config[keys.SERVER_ROUND] = server_round
+        if steps > 0:
+            config[record_key(keys.CLIENT, "steps")] = int(steps)
+        content = RecordDict({keys.ARRAYS: numpy_to_record(arrays), keys.CONFIG: config})
+        messages = [
+            Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN, ttl=self._timeout)
+            for node in self.nodes.nodes_of(clients)
+        ]
+        out: list[ClientUpdate] = []
+        for reply in self._grid.send_and_receive(messages, timeout=self._timeout):
+            client = self.nodes.client_of(reply.metadata.src_node_id)
+            if client is None or reply.has_error():
+                continue
+            update, reason = check_reply(reply.content, arrays)
+            if update is None:
+                log(WARNING, "round %d: probe reply of client %d rejected: %s", server_round, client, reason)
+                continue
+            update.client = client
+            out.append(update)
+        return sorted(out, key=lambda u: u.client)
 
     # ------------------------------------------------------------------ online set
     def online_clients(self, server_round: int, grid: Grid) -> np.ndarray:

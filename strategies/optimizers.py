@@ -11,7 +11,16 @@ global model):
   v <- v + delta^2                                    (Adagrad)
   v <- beta2 v + (1 - beta2) delta^2                  (Adam)
   v <- v - (1 - beta2) delta^2 sign(v - delta^2)      (Yogi)
-  x <- x + eta m / (sqrt(v) + tau).
+  x <- x + eta m / (sqrt(v) + tau);
+- FedAMS (Wang, Lin & Chen, "Communication-Efficient Adaptive Federated Learning",
+  ICML 2022, https://arxiv.org/abs/2205.02719, Algorithm 1 without compression): Adam's
+  moments from zero, and the AMSGrad maximum of the second moment:
+  m <- beta1 m + (1 - beta1) delta;  v <- beta2 v + (1 - beta2) delta^2;
+  v_hat <- max(v_hat, v, eps);       x <- x + eta m / sqrt(v_hat)
+  ("max stabilisation", ``epsilon_at="max"``, the reading followed by default), or
+  v_hat <- max(v_hat, v);            x <- x + eta m / (sqrt(v_hat) + eps)
+  (``epsilon_at="denominator"``, AMSGrad's placement, which the paper calls FedAMSGrad);
+  eps is ``tau``.
 
 Flower ships the same methods as whole strategies; here they are parts, so that any
 sampler, initializer and local rule can sit beside them. ``direction`` exposes the step
@@ -147,3 +156,84 @@ class FedYogi(_Adaptive):
 
     def second_moment(self, v, d2):
         return v - (1 - self.beta2) * d2 * np.sign(v - d2)
+
+
+class FedAMS(ServerOptimizer):
+    """FedAMS (Wang, Lin & Chen, ICML 2022; see the module docstring).
+
+    Parameters
+    ----------
+    server_lr : float
+        eta.
+    beta1, beta2 : float
+        Decay of the first and second moment.
+    tau : float
+        epsilon. With ``epsilon_at="max"`` it floors ``v_hat`` (a squared quantity: the
+        denominator is at least ``sqrt(tau)``); with ``"denominator"`` it is added to
+        ``sqrt(v_hat)``, as in FedAdam / FedYogi.
+    epsilon_at : {"max", "denominator"}
+        Where epsilon goes (see the module docstring); ``"max"`` is the paper's FedAMS.
+
+    m, v and v_hat start at zero (the paper's initialisation; FedAdam / FedYogi here start
+    v at tau^2 as Reddi et al.). No bias correction, as in the paper.
+    """
+
+    name = "fedams"
+
+    def __init__(
+        self,
+        server_lr: float = 0.01,
+        beta1: float = 0.9,
+        beta2: float = 0.99,
+        tau: float = 1e-3,
+        epsilon_at: str = "max",
+        **kw: Any,
+    ) -> None:
+        if epsilon_at not in EPSILON_AT:
+            raise ValueError(f"fedams: epsilon_at = {epsilon_at!r}: must be one of {', '.join(EPSILON_AT)}")
+        super().__init__(server_lr, **kw)
+        self.beta1, self.beta2, self.tau, self.epsilon_at = beta1, beta2, tau, epsilon_at
+
+    def step(self, delta):
+        m, v, v_hat = self._zeros("m", delta), self._zeros("v", delta), self._zeros("v_hat", delta)
+        out = OrderedDict()
+        for k, d in delta.items():
+            m[k], v[k], v_hat[k], out[k] = ams_step(
+                m[k], v[k], v_hat[k], d, self.server_lr, self.beta1, self.beta2, self.tau, self.epsilon_at
+            )
+        return out
+
+    def summary(self) -> str:
+        return (
+            f"fedams(server_lr={self.server_lr}, beta1={self.beta1}, beta2={self.beta2}, tau={self.tau}, "
+            f"epsilon_at={self.epsilon_at})"
+        )
+
+
+#: where FedAMS puts epsilon
+EPSILON_AT = ("max", "denominator")
+
+
+def ams_step(
+    m: np.ndarray,
+    v: np.ndarray,
+    v_hat: np.ndarray,
+    delta: np.ndarray,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    epsilon_at: str = "max",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One FedAMS step on one tensor: the new (m, v, v_hat) and the update u (x <- x + u).
+
+    ``epsilon_at="max"``: v_hat' = max(v_hat, v', eps), u = lr m' / sqrt(v_hat');
+    ``"denominator"``: v_hat' = max(v_hat, v'), u = lr m' / (sqrt(v_hat') + eps).
+    """
+    m = beta1 * m + (1.0 - beta1) * delta
+    v = beta2 * v + (1.0 - beta2) * delta * delta
+    if epsilon_at == "max":
+        v_hat = np.maximum(np.maximum(v_hat, v), eps)
+        return m, v, v_hat, lr * m / np.sqrt(v_hat)
+    v_hat = np.maximum(v_hat, v)
+    return m, v, v_hat, lr * m / (np.sqrt(v_hat) + eps)

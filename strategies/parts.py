@@ -58,6 +58,12 @@ class RoundContext(Protocol):
         """Ask ``clients`` to evaluate ``arrays`` on their data (a QUERY round trip);
         client id -> metrics (``eval-loss``, ``num-examples``) of those that answered."""
 
+    def probe(self, server_round: int, clients: np.ndarray, arrays: Arrays, steps: int = 0) -> list[ClientUpdate]:
+        """Let ``clients`` train from ``arrays`` with plain local SGD (the round's training
+        settings; ``steps`` > 0: that many local steps) and return their validated
+        updates, sorted by client, without aggregating them or showing them to any part
+        (e.g. DivFL's "ideal" update proxies)."""
+
 
 class Part(ABC):  # noqa: B024 - the part types below (Sampler, ...) declare abstract hooks
     """Common surface: a name, a one-line summary, a checkpointable state, and optional

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedflex import keys
-from strategies.optimizers import FedAdagrad, FedAdam, FedAvgM, FedYogi
+from strategies.optimizers import FedAdagrad, FedAdam, FedAMS, FedAvgM, FedYogi, ams_step
 from strategies.parts import ClientUpdate
 from strategies.scaffold import ScaffoldServer
 
@@ -55,6 +55,60 @@ def test_fedadagrad_sums_squares():
     out = opt.aggregate(2, _g(0.0), _ups(2.0))
     # v = 1e-6 + 1 + 4
     assert out["w"][0] == pytest.approx(2.0 / (np.sqrt(1e-6 + 5.0) + 1e-3))
+
+
+def test_fedams_first_step_by_hand():
+    # delta = 2: m = 0.1 * 2 = 0.2; v = 0.01 * 4 = 0.04; v_hat = max(0, 0.04, 1e-3) = 0.04
+    # x = 0 + 0.1 * 0.2 / sqrt(0.04) = 0.1
+    opt = FedAMS(server_lr=0.1, beta1=0.9, beta2=0.99, tau=1e-3)
+    out = opt.aggregate(1, _g(0.0), _ups(2.0))
+    assert out["w"][0] == pytest.approx(0.1)
+
+
+def test_fedams_keeps_the_largest_second_moment():
+    # round 1, delta = 2: m = 1, v = v_hat = 0.04; round 2, delta = 0: m = 0.5,
+    # v = 0.99 * 0.04 = 0.0396 but v_hat stays 0.04: step 1.0 * 0.5 / 0.2 = 2.5
+    # (FedAdam's v would shrink and its step grow: 0.5 / sqrt(0.0396) = 2.5126)
+    opt = FedAMS(server_lr=1.0, beta1=0.5, beta2=0.99, tau=1e-6)
+    opt.aggregate(1, _g(0.0), _ups(2.0))
+    out = opt.aggregate(2, _g(0.0), _ups(0.0))
+    assert out["w"][0] == pytest.approx(2.5)
+    assert opt.state["v"]["w"][0] == pytest.approx(0.0396)
+    assert opt.state["v_hat"]["w"][0] == pytest.approx(0.04)
+
+
+@pytest.mark.parametrize(
+    "epsilon_at, expected",
+    [
+        # v = delta^2 = 1e-4 (beta2 = 0), eps = 1e-2, m = delta = 0.01 (beta1 = 0)
+        ("max", 0.01 / np.sqrt(1e-2)),  # v_hat = max(1e-4, 1e-2) = 1e-2: 0.01 / 0.1 = 0.1
+        ("denominator", 0.01 / (np.sqrt(1e-4) + 1e-2)),  # 0.01 / (0.01 + 0.01) = 0.5
+    ],
+)
+def test_fedams_epsilon_placement_by_hand(epsilon_at, expected):
+    m, v, v_hat, u = ams_step(
+        np.zeros(1), np.zeros(1), np.zeros(1), np.array([0.01]), 1.0, 0.0, 0.0, 1e-2, epsilon_at=epsilon_at
+    )
+    assert u[0] == pytest.approx(expected)
+    assert v[0] == pytest.approx(1e-4)
+
+
+def test_fedams_refuses_an_unknown_epsilon_placement():
+    with pytest.raises(ValueError, match="epsilon_at"):
+        FedAMS(epsilon_at="both")
+
+
+def test_fedams_is_registered_and_wraps_with_aware():
+    from fedflex.config import ConfigError, load_scenario
+    from strategies.build import AGGREGATORS, check_parts
+    from strategies.fedaware import AwarePlugin
+
+    cfg = load_scenario(None, ["strategy.aggregator.name=fedams", "strategy.aggregator.aware=true"])
+    check_parts(cfg)
+    part = AGGREGATORS["fedams"](cfg)
+    assert isinstance(part, AwarePlugin) and isinstance(part.base, FedAMS)
+    with pytest.raises(ConfigError, match="ams_epsilon_at"):
+        load_scenario(None, ["strategy.aggregator.name=fedams", "strategy.aggregator.ams_epsilon_at=sum"])
 
 
 def test_reset_on_switch_forgets_the_momentum():
