@@ -11,8 +11,26 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from fedflex import keys
 from fedflex.arrays import is_float
 from strategies.parts import Aggregator, Arrays, ClientUpdate, Initializer, PartWrapper, Sampler
+
+
+def query_losses(ctx: Any, server_round: int, clients: np.ndarray, sizes: dict[int, int]) -> dict[int, float]:
+    """Ask ``clients`` for the loss of the current global model on their data (one QUERY
+    round trip, :meth:`strategies.parts.RoundContext.query`); client id -> finite loss of
+    those that answered. Their reported data sizes are recorded in ``sizes``. Shared by
+    the samplers that rank clients by loss (Power-of-Choice, FedCor)."""
+    replies = ctx.query(server_round, clients, ctx.global_arrays)
+    losses: dict[int, float] = {}
+    for client, metrics in replies.items():
+        loss = metrics.get(keys.EVAL_LOSS)
+        if isinstance(loss, (int, float)) and np.isfinite(loss):
+            losses[int(client)] = float(loss)
+        n = metrics.get(keys.NUM_EXAMPLES)
+        if isinstance(n, (int, float)) and n > 0:
+            sizes[int(client)] = int(n)
+    return losses
 
 
 def explore_first(

@@ -61,8 +61,7 @@ from typing import Any, Optional
 import numpy as np
 from flwr.common import log
 
-from fedflex import keys
-from strategies.basic import explore_first
+from strategies.basic import explore_first, query_losses
 from strategies.clustering import data_shares
 from strategies.parts import Arrays, ClientUpdate, Sampler
 
@@ -252,15 +251,7 @@ class FedCorSampler(Sampler):
     def _query(self, server_round: int, online: np.ndarray) -> None:
         if self.ctx is None:
             raise RuntimeError("fedcor needs the strategy's context (bind the sampler first)")
-        replies = self.ctx.query(server_round, online, self.ctx.global_arrays)
-        losses: dict[int, float] = {}
-        for client, metrics in replies.items():
-            loss = metrics.get(keys.EVAL_LOSS)
-            if isinstance(loss, (int, float)) and np.isfinite(loss):
-                losses[int(client)] = float(loss)
-            n = metrics.get(keys.NUM_EXAMPLES)
-            if isinstance(n, (int, float)) and n > 0:
-                self.sizes[int(client)] = int(n)
+        losses = query_losses(self.ctx, server_round, online, self.sizes)
         if len(losses) < len(online):
             log(
                 WARNING,

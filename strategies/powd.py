@@ -23,7 +23,7 @@ from typing import Any, Optional
 import numpy as np
 from flwr.common import log
 
-from fedflex import keys
+from strategies.basic import query_losses
 from strategies.clustering import data_shares
 from strategies.parts import Arrays, ClientUpdate, Sampler
 
@@ -87,15 +87,7 @@ class PowDSampler(Sampler):
             return np.sort(candidates)
         if self.ctx is None:
             raise RuntimeError("pow-d needs the strategy's context (bind the sampler first)")
-        replies = self.ctx.query(server_round, candidates, self.ctx.global_arrays)
-        losses: dict[int, float] = {}
-        for client, metrics in replies.items():
-            loss = metrics.get(keys.EVAL_LOSS)
-            if isinstance(loss, (int, float)) and np.isfinite(loss):
-                losses[int(client)] = float(loss)
-            n = metrics.get(keys.NUM_EXAMPLES)
-            if isinstance(n, (int, float)) and n > 0:
-                self.sizes[int(client)] = int(n)
+        losses = query_losses(self.ctx, server_round, candidates, self.sizes)
         if len(losses) < num:
             log(WARNING, "pow-d round %d: %d of %d candidates reported a loss", server_round, len(losses), d)
         self.last_losses = losses
