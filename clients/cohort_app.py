@@ -35,7 +35,17 @@ import torch
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 
 from clients.cohort import CohortClient, cohort_chunk_size, train_cohort, unsupported_reason
-from clients.node import build_reply, load_global, node_task, partition_id, payload_of, rule_input, rule_name, train_one
+from clients.node import (
+    build_reply,
+    load_global,
+    node_task,
+    partition_id,
+    payload_of,
+    rule_input,
+    rule_name,
+    settings_from_config,
+    train_one,
+)
 from clients.rules import RULE_STEPS
 from clients.runtime import Task
 from clients.train import TrainSettings, local_train, num_steps
@@ -112,6 +122,13 @@ class CohortTrainer:
                 f"rule:{rule}",
                 "cohorts: local rule %r keeps its own per-step loop; its rounds train one client at a time",
                 rule,
+            )
+            return None
+        if settings_from_config(msg.content[keys.CONFIG]).keep_optimizer_state:
+            self._say_once(
+                "keep-optimizer-state",
+                "cohorts: client.keep_optimizer_state keeps each client's optimiser state on its node; "
+                "these rounds train one client at a time",
             )
             return None
         reason = unsupported_reason(task.model)

@@ -76,7 +76,9 @@ class RuleSteps:
         params = OrderedDict(inp.model.named_parameters())
         x = OrderedDict((k, p.detach().clone()) for k, p in params.items())
         begun = self.start(inp, x)
-        result = local_train(inp.model, inp.data, inp.indices, inp.settings, inp.generator, inp.device, begun.terms)
+        result = local_train(
+            inp.model, inp.data, inp.indices, inp.settings, inp.generator, inp.device, begun.terms, inp.state
+        )
         y = OrderedDict((k, p.detach()) for k, p in params.items())
         return self.finish(inp, begun, x, y, result)
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
+from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
 from fedflex.config import ClientConfig, ModelConfig
@@ -41,6 +42,7 @@ class TrainSettings:
     lr: float = ClientConfig.lr
     momentum: float = ClientConfig.momentum
     weight_decay: float = ClientConfig.weight_decay
+    keep_optimizer_state: bool = ClientConfig.keep_optimizer_state
     loss: str = ModelConfig.loss
 
     @classmethod
@@ -79,6 +81,43 @@ def make_optimizer(params, settings: TrainSettings) -> torch.optim.Optimizer:
     if settings.optimizer == "adam":
         return torch.optim.Adam(params, lr=settings.lr, weight_decay=settings.weight_decay)
     raise ValueError(f"unknown optimizer {settings.optimizer!r}: use sgd or adam")
+
+
+#: node-state record of the optimiser state a client keeps across rounds
+#: (``client.keep_optimizer_state``): ``<parameter>|<state key>`` -> tensor
+OPTIMIZER_STATE = "optimizer-state"
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, params, state: Optional[RecordDict]) -> bool:
+    """Put the optimiser state kept in the node ``state`` back into ``optimizer``
+    (``params``: its ``(name, parameter)`` pairs). False when there is none yet, or it
+    does not fit these parameters (another model): the optimiser then starts fresh."""
+    if state is None or OPTIMIZER_STATE not in state.array_records:
+        return False
+    stored = state[OPTIMIZER_STATE].to_torch_state_dict()
+    restored: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
+    for name, p in params:
+        entries = {k.split("|", 1)[1]: v for k, v in stored.items() if k.split("|", 1)[0] == name}
+        for key, value in entries.items():
+            if value.dim() and value.shape != p.shape:
+                return False
+            restored.setdefault(p, {})[key] = value.to(p.device) if value.dim() else value
+    for p, entries in restored.items():
+        optimizer.state[p] = entries
+    return bool(restored)
+
+
+def save_optimizer_state(optimizer: torch.optim.Optimizer, params, state: Optional[RecordDict]) -> None:
+    """Keep ``optimizer``'s per-parameter state in the node ``state`` for the next round."""
+    if state is None:
+        return
+    kept = {
+        f"{name}|{key}": value.detach().cpu().clone()
+        for name, p in params
+        for key, value in optimizer.state.get(p, {}).items()
+        if isinstance(value, torch.Tensor)
+    }
+    state[OPTIMIZER_STATE] = ArrayRecord(kept)
 
 
 def num_steps(n: int, settings: TrainSettings) -> int:
@@ -128,18 +167,22 @@ def local_train(
     generator: torch.Generator,
     device: torch.device,
     terms: Optional[StepTerms] = None,
+    state: Optional[RecordDict] = None,
 ) -> TrainResult:
     """Train ``model`` in place on rows ``indices`` of ``data``.
 
     ``data`` must already live on ``device`` (the worker moves it once). ``terms``: what
     the local rule adds to each gradient (FedProx's term, SCAFFOLD's correction); ``None``
-    adds nothing.
+    adds nothing. ``state``: the node's persistent state, where the optimiser's state is
+    kept between rounds when ``settings.keep_optimizer_state``.
     """
     if terms is None:
         terms = StepTerms()
     model.train()
     optimizer = make_optimizer(model.parameters(), settings)
     params = list(model.named_parameters())
+    if settings.keep_optimizer_state:
+        load_optimizer_state(optimizer, params, state)
     anchor = [p.detach().clone() for _, p in params] if terms.prox_mu > 0 else None
     indices = indices.to(device)
     loss_fn = get_loss(settings.loss).fn
@@ -162,5 +205,7 @@ def local_train(
                     p.grad.add_(terms.correction[name])
         optimizer.step()
         steps += 1
+    if settings.keep_optimizer_state:
+        save_optimizer_state(optimizer, params, state)
     mean_loss = total / steps if steps else math.nan
     return TrainResult(num_examples=len(indices), num_steps=steps, train_loss=mean_loss)

@@ -179,7 +179,18 @@ class PartitionConfig:
         _num(path, "num_label_sets", self.num_label_sets, ge=1)
 
 
-MODELS = ("logreg", "linear", "mlp", "cnn-fmnist", "cnn-bherd", "cnn-cifar", "cnn-svhn", "resnet18", "svm")
+MODELS = (
+    "logreg",
+    "linear",
+    "mlp",
+    "cnn-fmnist",
+    "cnn-fmnist-authors",
+    "cnn-bherd",
+    "cnn-cifar",
+    "cnn-svhn",
+    "resnet18",
+    "svm",
+)
 LOSSES = ("cross-entropy", "squared-hinge")
 
 
@@ -245,6 +256,10 @@ class ClientConfig:
     """Local training hyper-parameters, shared by every local rule.
 
     ``steps`` (mini-batch steps per round) overrides ``epochs`` when set.
+    ``keep_optimizer_state``: the optimiser's state (SGD's momentum buffers, Adam's
+    moments) stays on the node from one round to the next, as in HiCS-FL's public code,
+    instead of starting from zero every round (Flower's node state; sequential training
+    only: batched cohorts train such rounds one client at a time).
     ``device``: ``auto`` takes CUDA when present, else the CPU. ``num_threads``: torch
     threads per worker; 0 keeps torch's default, which Ray sets to the worker's
     ``simulation.num_cpus`` and the in-process backend leaves at all cores.
@@ -263,6 +278,7 @@ class ClientConfig:
     lr: float = 0.05
     momentum: float = 0.0
     weight_decay: float = 0.0
+    keep_optimizer_state: bool = False
     device: str = "auto"
     num_threads: int = 0
 
@@ -300,6 +316,13 @@ class SamplerConfig(_PartOptions):
       with gamma_t = ``gamma0`` (1 - t/T). ``departed``: what happens to the estimates of
       clients that go offline (``keep`` or ``drop``). ``variant``: ``paper`` (default) or
       the authors' code (``authors``). ``ward``: ``exact`` or ``scalable`` (large N).
+      ``hics_estimate``: what the entropy is taken of: ``bias`` (the paper's bias update
+      ``db``), ``unit`` (``db / ||db||``, scale-free) or ``per-step`` (``db`` / (lr x
+      local steps)); ``temperature`` unset takes the estimate's default (0.0025 for
+      ``bias``, the paper's; 0.1 for the other two, measured, docs/hics-fl.md).
+      ``hics_refresh``: ``every-round`` (the paper: a client's estimate is renewed
+      whenever it trains) or ``frozen`` (kept from the warm-up, the authors' code);
+      unset follows ``variant``.
     - ``pow-d``: Power-of-Choice (Cho et al., 2020): ``d`` candidates (0: all online)
       are asked for their loss on the global model; the K highest train.
     - ``clustered``: Clustered Sampling (Fraboni et al., 2021) on update similarity.
@@ -324,7 +347,9 @@ class SamplerConfig(_PartOptions):
     clients_per_round: Optional[int] = None  # unset: 5, or num_clients when fewer
     min_clients: int = 1
     weighted: bool = False
-    temperature: float = 0.0025
+    temperature: Optional[float] = None  # unset: per hics_estimate (bias: 0.0025, the paper's)
+    hics_estimate: str = "bias"
+    hics_refresh: Optional[str] = None  # unset: every-round (variant paper), frozen (authors)
     hics_lambda: float = 10.0
     gamma0: float = 4.0
     num_clusters: int = 0
@@ -343,7 +368,19 @@ class SamplerConfig(_PartOptions):
 
     USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {
         "weighted": ("uniform",),
-        **{k: ("hics",) for k in ("temperature", "hics_lambda", "gamma0", "num_clusters", "departed", "variant")},
+        **{
+            k: ("hics",)
+            for k in (
+                "temperature",
+                "hics_estimate",
+                "hics_refresh",
+                "hics_lambda",
+                "gamma0",
+                "num_clusters",
+                "departed",
+                "variant",
+            )
+        },
         "ward": ("hics", "clustered"),
         "d": ("pow-d",),
         **{k: ("divfl",) for k in ("divfl_proxies", "divfl_probe_steps")},
@@ -363,7 +400,10 @@ class SamplerConfig(_PartOptions):
                 self.min_clients,
                 f"must be <= clients_per_round ({self.clients_per_round})",
             )
-        _num(path, "temperature", self.temperature, gt=0)
+        _num(path, "temperature", self.temperature, gt=0, optional=True)
+        _choice(path, "hics_estimate", self.hics_estimate, ("bias", "unit", "per-step"))
+        if self.hics_refresh is not None:
+            _choice(path, "hics_refresh", self.hics_refresh, ("every-round", "frozen"))
         _num(path, "hics_lambda", self.hics_lambda, ge=0)
         _num(path, "gamma0", self.gamma0, ge=0)
         _num(path, "num_clusters", self.num_clusters, ge=0)
@@ -648,7 +688,13 @@ class EvaluationConfig:
 
     ``stop_at_accuracy``: end the run after the first evaluated round whose test accuracy
     reaches this value (0 = never; for rounds-to-target studies). summary.json then has
-    ``stopped_early: true`` and ``rounds`` counts the rounds run.
+    ``stopped_early: true`` and ``rounds`` counts the rounds run. ``stop_smoothing``
+    (odd window, 0 = off): run on until the Savitzky-Golay-smoothed accuracy curve
+    (that window, polynomial order ``stop_smoothing_order``; HiCS-FL's plots use 13 and 3)
+    has also reached the target at a point its window fully covers, so that both the raw
+    and the smoothed rounds-to-target are known exactly (about window / 2 rounds more;
+    after a resume the smoothing sees only the rounds since the resume, so the run may
+    stop later, never earlier).
 
     ``stop_on_divergence``: end the run (``"status": "diverged"``, exit code 3) after a
     round whose replies were all rejected for NaN / Inf values, or whose global model or
@@ -661,11 +707,23 @@ class EvaluationConfig:
     online_labels: bool = False
     transition_window: int = 10
     stop_at_accuracy: float = 0.0
+    stop_smoothing: int = 0
+    stop_smoothing_order: int = 3
     stop_on_divergence: bool = True
 
     def validate(self, path: str) -> None:
         _num(path, "every", self.every, ge=1)
         _num(path, "stop_at_accuracy", self.stop_at_accuracy, ge=0, le=1)
+        _num(path, "stop_smoothing", self.stop_smoothing, ge=0)
+        if self.stop_smoothing and self.stop_smoothing % 2 == 0:
+            raise ConfigError(_join(path, "stop_smoothing"), self.stop_smoothing, "must be 0 (off) or an odd window")
+        _num(path, "stop_smoothing_order", self.stop_smoothing_order, ge=0)
+        if self.stop_smoothing and self.stop_smoothing_order >= self.stop_smoothing:
+            raise ConfigError(
+                _join(path, "stop_smoothing_order"),
+                self.stop_smoothing_order,
+                f"must be < stop_smoothing ({self.stop_smoothing})",
+            )
         _num(path, "batch_size", self.batch_size, ge=1)
         _num(path, "transition_window", self.transition_window, ge=1)
 
@@ -813,12 +871,23 @@ class ScenarioConfig:
                 self.deployment.wait_for_nodes,
                 f"must be <= num_clients ({self.num_clients})",
             )
-        if self.simulation.vectorize == "on" and self.model.name == "resnet18" and self.model.norm == "batch":
+        if self.client.keep_optimizer_state and self.strategy.local_rule.name in ("bherd", "grab"):
+            raise ConfigError(
+                "client.keep_optimizer_state",
+                True,
+                f"local rule {self.strategy.local_rule.name} runs its own per-step loop with plain SGD and "
+                "keeps no optimiser state; use it with sgd, fedprox, scaffold, fednova, feddyn or fedcm",
+            )
+        batch_norm = self.model.name == "cnn-fmnist-authors" or (
+            self.model.name == "resnet18" and self.model.norm == "batch"
+        )
+        if self.simulation.vectorize == "on" and batch_norm:
+            fix = "use model.norm=group, or " if self.model.name == "resnet18" else "use "
             raise ConfigError(
                 "simulation.vectorize",
                 "on",
-                "model resnet18 with model.norm=batch keeps BatchNorm running statistics, which a "
-                "batched cohort cannot keep per client; use model.norm=group, or vectorize=auto / off",
+                f"model {self.model.name} keeps BatchNorm running statistics, which a "
+                f"batched cohort cannot keep per client; {fix}vectorize=auto / off",
             )
         if self.strategy.sampler.clients_per_round > self.num_clients:
             raise ConfigError(

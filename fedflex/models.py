@@ -20,6 +20,11 @@ Models and where they come from:
 - ``cnn-fmnist``: HiCS-FL's FMNIST CNN (Chen et al., "Heterogeneity-Guided Client
   Sampling", arXiv 2310.00198, Appendix): two 5x5 conv layers, two 2x2 max-pools, one
   fully-connected layer. The paper gives no channel counts; we use 16 then 32.
+- ``cnn-fmnist-authors``: the FMNIST CNN of HiCS-FL's public code
+  (github.com/CityChan/HiCS-FL, ``cnn.py``): three 3x3 convolutions (32, 32, 64
+  channels, padding 1) each followed by PReLU and BatchNorm, 2x2 max-pools after the
+  second and third, then FC 64 x H/4 x W/4 -> 64 -> ReLU -> C (229,709 parameters for
+  28x28). Its BatchNorm running statistics travel and are averaged like the weights.
 - ``cnn-bherd``: the BHerd paper's MNIST CNN: two 5x5 conv layers with 32 channels and
   padding 2, each followed by ReLU and 2x2 max-pooling, then FC 1568 -> 256 -> C.
 - ``cnn-cifar``: FedAWARE's 5-layer CIFAR-10 CNN, which is the classic TensorFlow CIFAR
@@ -202,6 +207,33 @@ def _cnn_fmnist(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int
     return Classifier(body, nn.Linear(32 * h * w, num_classes))
 
 
+def _cnn_fmnist_authors(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """HiCS-FL's FMNIST CNN as its authors' code builds it (module docstring).
+
+    ``[conv3(C_in, 32, no bias) -> PReLU -> BN] -> [conv3(32, 32) -> PReLU -> BN -> pool2]
+    -> [conv3(32, 64) -> PReLU -> BN -> pool2] -> flatten -> Linear(64 H/4 W/4, 64) ->
+    ReLU -> Linear(64, C)``, padding 1 throughout. Returns logits.
+    """
+    c, h, w = _feature_hw("cnn-fmnist-authors", input_shape, lambda side: _pool_side(_pool_side(side)))
+    body = nn.Sequential(
+        nn.Conv2d(c, 32, 3, padding=1, bias=False),
+        nn.PReLU(),
+        nn.BatchNorm2d(32),
+        nn.Conv2d(32, 32, 3, padding=1),
+        nn.PReLU(),
+        nn.BatchNorm2d(32),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.PReLU(),
+        nn.BatchNorm2d(64),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * h * w, 64),
+        nn.ReLU(),
+    )
+    return Classifier(body, nn.Linear(64, num_classes))
+
+
 def _cnn_bherd(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """The BHerd paper's CNN.
 
@@ -345,6 +377,7 @@ MODELS: dict[str, Builder] = {
     "linear": _linear,
     "mlp": _mlp,
     "cnn-fmnist": _cnn_fmnist,
+    "cnn-fmnist-authors": _cnn_fmnist_authors,
     "cnn-bherd": _cnn_bherd,
     "cnn-cifar": _cnn_cifar,
     "cnn-svhn": _cnn_svhn,

@@ -16,7 +16,7 @@ import math
 import os
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -169,6 +169,38 @@ def rounds_to_accuracy(rows: Iterable[dict[str, Any]], target: float) -> Optiona
         acc = r.get("test_accuracy")
         if acc is not None and acc >= target:
             return int(r["round"])
+    return None
+
+
+def smoothed_accuracy(accuracies: Sequence[float], window: int, order: int) -> np.ndarray:
+    """The Savitzky-Golay-smoothed curve (``scipy.signal.savgol_filter``, its default
+    ``interp`` edges) of a test-accuracy curve; the curve itself when it has fewer than
+    ``window`` points."""
+    from scipy.signal import savgol_filter
+
+    acc = np.asarray(accuracies, dtype=np.float64)
+    if acc.size < window:
+        return acc
+    return savgol_filter(acc, window, order)
+
+
+def smoothed_rounds_to_accuracy(
+    rows: Iterable[dict[str, Any]], target: float, window: int, order: int, *, final_only: bool = True
+) -> Optional[int]:
+    """First round whose Savitzky-Golay-smoothed test accuracy reaches ``target``.
+
+    ``final_only``: count only points whose smoothed value cannot change as the run goes
+    on (the last ``window // 2`` points of a curve are fitted at its edge): right for a
+    run that stopped early; a run that ran all its rounds can pass False.
+    """
+    evaluated = [r for r in rows if r.get("test_accuracy") is not None]
+    if len(evaluated) < window:
+        return None
+    smooth = smoothed_accuracy([r["test_accuracy"] for r in evaluated], window, order)
+    last = len(evaluated) - 1 - (window // 2 if final_only else 0)
+    for i in range(last + 1):
+        if smooth[i] >= target:
+            return int(evaluated[i]["round"])
     return None
 
 

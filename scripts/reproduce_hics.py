@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -39,7 +40,7 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fedflex.results import read_metrics, rounds_to_accuracy  # noqa: E402
+from fedflex.results import read_metrics, rounds_to_accuracy, smoothed_rounds_to_accuracy  # noqa: E402
 
 SCENARIO = ROOT / "scenarios" / "hics_fmnist.yaml"
 #: Table 2 of the paper, FMNIST setting (2), rounds to 75% test accuracy
@@ -186,6 +187,39 @@ def fmt(value: Optional[float], rounds: int) -> str:
     return f"{value:g}"
 
 
+def per_seed_table(results: dict, rounds: int, pct: str, window: int) -> str:
+    """Rounds to the target per seed, raw and smoothed, and the ratio random / sampler
+    paired by seed (a miss counts as ``rounds``, so its ratio is a bound)."""
+
+    def cells(hits: list[Optional[int]]) -> str:
+        return ", ".join(fmt(h, rounds) for h in hits)
+
+    def ratios(base: list[Optional[int]], hits: list[Optional[int]]) -> str:
+        pairs = [((b or rounds), (h or rounds)) for b, h in zip(base, hits)]
+        if not pairs:
+            return "-"
+        each = [b / h for b, h in pairs]
+        geo = math.exp(statistics.fmean(math.log(x) for x in each))
+        med = statistics.median(b for b, _ in pairs) / statistics.median(h for _, h in pairs)
+        return f"{', '.join(f'{x:.2f}' for x in each)} (geo-mean {geo:.2f}; medians {med:.2f})"
+
+    base = results.get("random")
+    kinds = ["raw", "smoothed"] if window else ["raw"]
+    out = f"\n| sampler | curve | rounds to {pct} per seed | median | random / sampler, paired by seed |\n"
+    out += "|---|---|---|---|---|\n"
+    for sampler, r in results.items():
+        for kind in kinds:
+            src = r if kind == "raw" else r["smoothed"]
+            b = (base if kind == "raw" else base["smoothed"]) if base else None
+            ratio = "-" if b is None or sampler == "random" else ratios(b["rounds_to_target"], src["rounds_to_target"])
+            out += (
+                f"| {sampler} | {kind} | {cells(src['rounds_to_target'])} | {fmt(src['median'], rounds)} | {ratio} |\n"
+            )
+    if window:
+        out += f"\n(smoothed: Savitzky-Golay, window {window}, as the paper's plots)\n"
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=200)
@@ -211,6 +245,15 @@ def main() -> None:
         "--full-runs", action="store_true", help="run every round (default: a run stops once it reaches --target)"
     )
     parser.add_argument(
+        "--smooth",
+        type=int,
+        nargs=2,
+        default=(13, 3),
+        metavar=("WINDOW", "ORDER"),
+        help="Savitzky-Golay window and order of the smoothed rounds-to-target (the paper's plots: 13 3); "
+        "a run then stops once both the raw and the smoothed curve reached --target (0 0: raw only)",
+    )
+    parser.add_argument(
         "--also",
         type=float,
         nargs="*",
@@ -234,12 +277,23 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
 
     extra = list(args.overrides)
+    window, order = args.smooth
     if not args.full_runs:
         extra.append(f"evaluation.stop_at_accuracy={args.target}")
+        if window:
+            extra += [f"evaluation.stop_smoothing={window}", f"evaluation.stop_smoothing_order={order}"]
     results, curves = {}, {}
     for sampler in args.samplers:
         print(f"{sampler}:", flush=True)
-        hits, finals, lower, entropy, second_half, quality = [], [], {t: [] for t in args.also}, [], [], []
+        hits, smooth_hits, finals, lower, entropy, second_half, quality = (
+            [],
+            [],
+            [],
+            {t: [] for t in args.also},
+            [],
+            [],
+            [],
+        )
         ran, curves[sampler] = [], []
         for seed in seeds:
             if args.no_run:
@@ -252,6 +306,11 @@ def main() -> None:
             ran.append(seed)
             rows = [r for r in read_metrics(run_dir) if r.get("phase", "train") == "train"]
             hits.append(rounds_to_accuracy(rows, args.target))
+            if window:
+                complete = len(rows) == args.rounds
+                smooth_hits.append(
+                    smoothed_rounds_to_accuracy(rows, args.target, window, order, final_only=not complete)
+                )
             for t in args.also:
                 lower[t].append(rounds_to_accuracy(rows, t))
             accs = [r["test_accuracy"] for r in rows if r.get("test_accuracy") is not None]
@@ -270,6 +329,7 @@ def main() -> None:
             continue
         results[sampler] = {
             **summarize(hits, args.rounds),
+            "smoothed": summarize(smooth_hits, args.rounds) if window else None,
             "seeds": ran,
             "final_accuracy": finals,
             "paper": PAPER.get(sampler, "-"),
@@ -314,6 +374,7 @@ def main() -> None:
             ent = ", ".join("-" if e is None else f"{e:.2f}" for e in r["sampled_label_entropy"])
             half = ", ".join("-" if a is None else f"{a:.3f}" for a in r["second_half_accuracy"])
             table += f"| {sampler} | " + " | ".join(cells) + f" | {half} | {ent} |\n"
+    table += per_seed_table(results, args.rounds, pct, window)
     if any(q is not None for r in results.values() for q in r["estimate_spearman_warmup_after"]):
         table += "\n| sampler | Spearman(estimated, true label entropy): warm-up / after (per seed) |\n|---|---|\n"
         for sampler, r in results.items():

@@ -75,6 +75,7 @@ from typing import Any, Optional
 import numpy as np
 from flwr.common import log
 
+from fedflex import keys
 from strategies.basic import explore_first
 from strategies.clustering import (
     algorithm2_distributions,
@@ -126,6 +127,34 @@ def estimate_entropy(db: np.ndarray, temperature: float) -> np.ndarray:
         balanced labels.
     """
     return entropy(softmax(db, temperature))
+
+
+#: ``estimate`` -> what the entropy is taken of (see :func:`scaled_update`)
+ESTIMATES = ("bias", "unit", "per-step")
+#: unset ``temperature``: the default T of each estimate (docs/hics-fl.md, "Scale-free
+#: estimates": the paper's T for ``bias``; measured on FMNIST for the other two)
+DEFAULT_TEMPERATURE = {"bias": 0.0025, "unit": 0.1, "per-step": 0.1}
+
+
+def scaled_update(db: np.ndarray, estimate: str, lr: float = 1.0, steps: int = 1) -> np.ndarray:
+    """The vector HiCS-FL's entropy is taken of, for ``estimate``:
+
+    - ``bias``: ``db`` itself (the paper). Its size is lr x steps x (label share -
+      predicted probability), so T must follow lr and steps, and as the global model
+      fits a client its update shrinks and looks balanced.
+    - ``unit``: ``db / ||db||``: only the direction; scale-free (a zero update stays zero).
+    - ``per-step``: ``db / (lr x steps)``: per unit of learning rate and local step, about
+      (label share - mean predicted probability); free of lr and steps, not of the fit.
+    """
+    db = np.asarray(db, dtype=np.float64)
+    if estimate == "bias":
+        return db
+    if estimate == "unit":
+        norm = np.linalg.norm(db, axis=-1, keepdims=True)
+        return np.divide(db, norm, out=np.zeros_like(db), where=norm > 0)
+    if estimate == "per-step":
+        return db / (lr * max(int(steps), 1))
+    raise ValueError(f"hics estimate {estimate!r}: must be one of {', '.join(ESTIMATES)}")
 
 
 def hics_distance(
@@ -217,6 +246,9 @@ class HiCSSampler(Sampler):
         variant: str = "paper",
         ward: str = "exact",
         max_exact: int = 1000,
+        estimate: str = "bias",
+        refresh: Optional[str] = None,
+        lr: float = 1.0,
     ) -> None:
         if not bias_key:
             raise ValueError(
@@ -227,6 +259,8 @@ class HiCSSampler(Sampler):
             ("departed", departed, ("keep", "drop")),
             ("variant", variant, ("paper", "authors")),
             ("ward", ward, ("exact", "scalable")),
+            ("estimate", estimate, ESTIMATES),
+            ("refresh", refresh or "every-round", ("every-round", "frozen")),
         ):
             if value not in allowed:
                 raise ValueError(f"hics sampler: {key} = {value!r}: must be one of {', '.join(allowed)}")
@@ -242,6 +276,11 @@ class HiCSSampler(Sampler):
         self.variant = variant
         self.ward = ward
         self.max_exact = max_exact
+        self.estimate = estimate
+        # unset: the paper re-estimates a client whenever it trains; the authors' code
+        # keeps each client's first (warm-up) estimate
+        self.refresh = refresh or ("frozen" if variant == "authors" else "every-round")
+        self.lr = lr
         self.rng = np.random.default_rng(seed)
         self.entropies: dict[int, float] = {}  # latest estimate H_k
         self.vectors: dict[int, np.ndarray] = {}  # what the angle is taken on (db_k; authors: [dW, db])
@@ -282,26 +321,28 @@ class HiCSSampler(Sampler):
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
         for u in updates:
             self.sizes[u.client] = u.num_examples
-            frozen = self.variant == "authors" and server_round > self.warmup_rounds
+            frozen = self.refresh == "frozen" and server_round > self.warmup_rounds
             if frozen and u.client in self.entropies:
-                continue  # the authors' estimates are frozen after the warm-up
-            self.entropies[u.client], self.vectors[u.client] = self._estimate(u.arrays, global_arrays)
+                continue  # estimates frozen after the warm-up (the authors' code)
+            steps = int(u.metrics.get(keys.NUM_STEPS, 1) or 1)
+            self.entropies[u.client], self.vectors[u.client] = self._estimate(u.arrays, global_arrays, steps)
         # the estimate each trained client now carries (frozen ones included)
         self._last["hics_entropy"] = {str(u.client): round(self.entropies[u.client], 5) for u in updates}
 
-    def _estimate(self, arrays: Arrays, global_arrays: Arrays) -> tuple[float, np.ndarray]:
+    def _estimate(self, arrays: Arrays, global_arrays: Arrays, steps: int = 1) -> tuple[float, np.ndarray]:
         db = np.asarray(arrays[self.bias_key], dtype=np.float64) - np.asarray(
             global_arrays[self.bias_key], dtype=np.float64
         )
         if self.variant == "paper":
-            return float(estimate_entropy(db, self.temperature)), db.astype(np.float32)
+            h = estimate_entropy(scaled_update(db, self.estimate, self.lr, steps), self.temperature)
+            return float(h), db.astype(np.float32)
         if self.weight_key is None or self.weight_key not in arrays:
             raise ValueError(f"hics variant=authors needs the output-layer weight {self.weight_key!r} in the model")
         dw = np.asarray(arrays[self.weight_key], dtype=np.float64) - np.asarray(
             global_arrays[self.weight_key], dtype=np.float64
         )
         dw = dw.reshape(dw.shape[0], -1)
-        h = float(estimate_entropy(dw.mean(axis=1), self.temperature))
+        h = float(estimate_entropy(scaled_update(dw.mean(axis=1), self.estimate, self.lr, steps), self.temperature))
         return h, np.concatenate([dw.ravel(), db]).astype(np.float32)
 
     def _forget_departed(self, online: np.ndarray) -> None:
@@ -386,7 +427,7 @@ class HiCSSampler(Sampler):
         return (
             f"hics(T={self.temperature}, lambda={self.hics_lambda}, gamma0={self.gamma0}, "
             f"M={self.num_clusters or 'K'}, rounds={self.rounds}, departed={self.departed}, "
-            f"variant={self.variant}, ward={self.ward})"
+            f"variant={self.variant}, ward={self.ward}, estimate={self.estimate}, refresh={self.refresh})"
         )
 
     def state_dict(self) -> dict[str, Any]:
@@ -417,11 +458,14 @@ def hics_from_config(cfg: Any, bias_key: Optional[str]) -> HiCSSampler:
         num_clients=cfg.num_clients,
         rounds=cfg.rounds,
         seed=cfg.seed + 11,
-        temperature=s.temperature,
+        temperature=s.temperature if s.temperature is not None else DEFAULT_TEMPERATURE[s.hics_estimate],
         hics_lambda=s.hics_lambda,
         gamma0=s.gamma0,
         num_clusters=s.num_clusters,
         departed=s.departed,
         variant=s.variant,
         ward=s.ward,
+        estimate=s.hics_estimate,
+        refresh=s.hics_refresh,
+        lr=cfg.client.lr,
     )

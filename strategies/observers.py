@@ -28,6 +28,7 @@ from fedflex import interrupts
 from fedflex.config import ScenarioConfig
 from fedflex.data import ArrayDataset
 from fedflex.evaluation import evaluate
+from fedflex.results import rounds_to_accuracy, smoothed_rounds_to_accuracy
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +133,7 @@ class StopRules:
         self.global_arrays = global_arrays
         self.fields: dict[str, Any] = {}
         self._decided: dict[int, tuple[bool, bool]] = {}  # round -> (stop, resumable)
+        self._curve: list[dict[str, Any]] = []  # evaluated rounds (stop_smoothing)
 
     def decide(self, record) -> tuple[bool, bool]:
         """``(stop, resumable)`` for ``record``'s round."""
@@ -161,12 +163,25 @@ class StopRules:
             self.fields.update(status="interrupted", interrupted_by=interrupts.signal_name(signum))
             return True, True
         target = cfg.evaluation.stop_at_accuracy
-        if target and record.test_accuracy is not None and record.test_accuracy >= target:
-            self.fields["stopped_early"] = True
-            logger.info(
-                "Round %d reached test accuracy %.4f >= %.4f: stopping", record.round, record.test_accuracy, target
+        if target and record.test_accuracy is not None:
+            self._curve.append({"round": record.round, "test_accuracy": record.test_accuracy})
+            raw = rounds_to_accuracy(self._curve, target)
+            window = cfg.evaluation.stop_smoothing
+            smoothed = (
+                smoothed_rounds_to_accuracy(self._curve, target, window, cfg.evaluation.stop_smoothing_order)
+                if window
+                else raw
             )
-            return True, True
+            if raw is not None and smoothed is not None:
+                self.fields["stopped_early"] = True
+                logger.info(
+                    "Round %d: test accuracy reached %.4f at round %d%s: stopping",
+                    record.round,
+                    target,
+                    raw,
+                    f" (smoothed, window {window}: round {smoothed})" if window else "",
+                )
+                return True, True
         return False, False
 
 

@@ -96,3 +96,42 @@ def test_evaluate_counts_correct_predictions():
     # CE: log(1 + e^{-4}) and log(1 + e^{2})
     assert acc == 0.5 and n == 2
     assert loss == pytest.approx((math.log1p(math.exp(-4)) + math.log1p(math.exp(2))) / 2)
+
+
+@pytest.mark.parametrize("keep, expected", [(False, 0.5), (True, 0.75)])
+def test_kept_momentum_carries_over_to_the_next_round(keep, expected):
+    # round 1 from the zero model: one step, bias gradient g = (-1/2, 1/2), buffer g,
+    # b = -g. Round 2 starts again from the zero model with the same gradient: a fresh
+    # buffer is g again (b = (1/2, -1/2)); a kept one is 0.5 g + g = 1.5 g (b = (3/4, -3/4))
+    from flwr.app import RecordDict
+
+    state = RecordDict()
+    settings = TrainSettings(steps=1, batch_size=1, lr=1.0, momentum=0.5, keep_optimizer_state=keep)
+    for _ in range(2):
+        model = _zero_logreg()
+        local_train(
+            model,
+            _one_example_data(),
+            torch.tensor([0]),
+            settings,
+            torch.Generator().manual_seed(0),
+            torch.device("cpu"),
+            state=state,
+        )
+    assert model.bias.detach().tolist() == pytest.approx([expected, -expected])
+    assert ("optimizer-state" in state.array_records) is keep
+
+
+def test_kept_state_of_another_model_is_ignored():
+    from flwr.app import ArrayRecord, RecordDict
+
+    from clients.train import OPTIMIZER_STATE
+
+    state = RecordDict({OPTIMIZER_STATE: ArrayRecord({"bias|momentum_buffer": torch.ones(5)})})  # wrong shape
+    model = _zero_logreg()
+    settings = TrainSettings(steps=1, batch_size=1, lr=1.0, momentum=0.5, keep_optimizer_state=True)
+    local_train(
+        model, _one_example_data(), torch.tensor([0]), settings, torch.Generator(), torch.device("cpu"), state=state
+    )
+    assert model.bias.detach().tolist() == pytest.approx([0.5, -0.5])  # a fresh buffer
+    assert state[OPTIMIZER_STATE].to_torch_state_dict()["bias|momentum_buffer"].tolist() == pytest.approx([-0.5, 0.5])

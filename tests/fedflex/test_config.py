@@ -43,6 +43,8 @@ def test_file_layer_then_override_layer(tmp_path):
         ("churn.kind=sessions", "churn.sessions", "needs a list"),
         ("partition.scheme=dirichlet", None, None),
         ("dataset.name=imagenet", "dataset.name", "must be one of"),
+        ("evaluation.stop_smoothing=12", "evaluation.stop_smoothing", "odd window"),
+        ("evaluation.stop_smoothing_order=-1", "evaluation.stop_smoothing_order", ">= 0"),
     ],
 )
 def test_bad_values_name_the_key(override, key, fragment):
@@ -99,3 +101,20 @@ def test_resolved_yaml_round_trips(tmp_path):
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
 def test_every_shipped_scenario_loads(path):
     load_scenario(path)
+
+
+def test_smoothing_order_must_be_below_the_window():
+    with pytest.raises(ConfigError, match="must be < stop_smoothing"):
+        load_scenario(None, ["evaluation.stop_smoothing=3", "evaluation.stop_smoothing_order=3"])
+
+
+@pytest.mark.parametrize("rule", ["bherd", "grab"])
+def test_kept_optimizer_state_is_refused_for_rules_with_their_own_loop(rule):
+    with pytest.raises(ConfigError, match="keeps no optimiser state") as info:
+        load_scenario(None, ["client.keep_optimizer_state=true", f"strategy.local_rule.name={rule}"])
+    assert info.value.key == "client.keep_optimizer_state"
+
+
+def test_batch_norm_models_refuse_forced_cohorts():
+    with pytest.raises(ConfigError, match="cnn-fmnist-authors keeps BatchNorm"):
+        load_scenario(None, ["model.name=cnn-fmnist-authors", "simulation.vectorize=on"])

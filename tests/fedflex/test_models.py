@@ -16,6 +16,7 @@ NATURAL = [
     ("linear", (1, 28, 28), 10),  # churn paper, MNIST
     ("mlp", (1, 28, 28), 10),
     ("cnn-fmnist", (1, 28, 28), 10),  # HiCS-FL FMNIST
+    ("cnn-fmnist-authors", (1, 28, 28), 10),  # HiCS-FL's public code, FMNIST
     ("cnn-bherd", (1, 28, 28), 10),  # BHerd MNIST
     ("cnn-cifar", (3, 32, 32), 10),  # FedAWARE / HiCS-FL CIFAR-10
     ("cnn-svhn", (3, 32, 32), 10),
@@ -55,6 +56,10 @@ def test_output_has_shape_batch_by_classes(name, shape, classes):
         ("mlp", (1, 28, 28), 159010),
         # conv1 1*16*25+16 = 416; conv2 16*32*25+32 = 12832; fc 512*10+10 = 5130 -> 18378
         ("cnn-fmnist", (1, 28, 28), 18378),
+        # conv 1*32*9 (no bias) = 288, PReLU 1, BN 2*32 = 64 -> 353; conv 32*32*9+32 = 9248,
+        # PReLU 1, BN 64 -> 9313; conv 32*64*9+64 = 18496, PReLU 1, BN 128 -> 18625;
+        # fc 64*7*7*64+64 = 200768; fc 64*10+10 = 650 -> 229709
+        ("cnn-fmnist-authors", (1, 28, 28), 229709),
         # conv 1*32*25+32 = 832; conv 32*32*25+32 = 25632; fc 1568*256+256 = 401664;
         # fc 256*10+10 = 2570 -> 430698
         ("cnn-bherd", (1, 28, 28), 430698),
@@ -69,7 +74,17 @@ def test_output_has_shape_batch_by_classes(name, shape, classes):
         # - 3*64*49 + 3*64*9 = -9408 + 1728 -> 11173962
         ("resnet18", (3, 32, 32), 11173962),
     ],
-    ids=["logreg", "linear", "mlp", "cnn-fmnist", "cnn-bherd", "cnn-cifar", "cnn-svhn", "resnet18"],
+    ids=[
+        "logreg",
+        "linear",
+        "mlp",
+        "cnn-fmnist",
+        "cnn-fmnist-authors",
+        "cnn-bherd",
+        "cnn-cifar",
+        "cnn-svhn",
+        "resnet18",
+    ],
 )
 def test_parameter_count_matches_hand_count(name, shape, expected):
     # Prepare / Execute

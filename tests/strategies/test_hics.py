@@ -26,6 +26,7 @@ from strategies.hics import (
     estimate_entropy,
     gamma_schedule,
     hics_distance,
+    scaled_update,
 )
 from strategies.parts import ClientUpdate
 from strategies.powd import PowDSampler, highest_loss
@@ -352,6 +353,56 @@ def test_authors_variant_estimates_from_weight_row_means_and_freezes():
     assert sampler.entropies[0] == pytest.approx(float(estimate_entropy(np.array([0, 0, 3.0, 0]), 1.0)))
 
 
+def test_scaled_updates_by_hand():
+    db = np.array([0.0, 3.0, 0.0, -4.0])
+    np.testing.assert_allclose(scaled_update(db, "bias"), db)
+    np.testing.assert_allclose(scaled_update(db, "unit"), [0.0, 0.6, 0.0, -0.8])  # ||db|| = 5
+    np.testing.assert_allclose(scaled_update(np.zeros(4), "unit"), np.zeros(4))  # no direction: stays 0
+    np.testing.assert_allclose(scaled_update(db, "per-step", lr=0.5, steps=4), db / 2.0)
+    with pytest.raises(ValueError, match="estimate 'norm'"):
+        scaled_update(db, "norm")
+
+
+def test_unit_estimate_does_not_depend_on_the_size_of_the_update():
+    # the bias estimate of one update and of the same update 100x smaller differ (the
+    # small one looks balanced); the unit estimate gives both the same entropy
+    db = np.array([3.0, -1.0, -1.0, -1.0])
+    for estimate, same in (("bias", False), ("unit", True)):
+        sampler = _hics(n=2, k=1, estimate=estimate)
+        sampler.observe(1, [_update(0, db), _update(1, db / 100)], _global())
+        assert (sampler.entropies[0] == pytest.approx(sampler.entropies[1])) is same
+    big = float(estimate_entropy(db / np.linalg.norm(db), 1.0))
+    assert sampler.entropies[1] == pytest.approx(big)
+
+
+def test_per_step_estimate_divides_by_lr_and_the_reported_steps():
+    sampler = _hics(n=1, k=1, estimate="per-step", lr=0.01)
+    update = _update(0, [0.2, 0.0, 0.0, 0.0])
+    update.metrics["num-steps"] = 4  # db / (0.01 x 4) = [5, 0, 0, 0]
+    sampler.observe(1, [update], _global())
+    assert sampler.entropies[0] == pytest.approx(float(estimate_entropy(np.array([5.0, 0, 0, 0]), 1.0)))
+
+
+@pytest.mark.parametrize("refresh, renewed", [("every-round", True), ("frozen", False), (None, True)])
+def test_refresh_option_renews_or_freezes_estimates_after_the_warmup(refresh, renewed):
+    sampler = _hics(n=2, k=1, refresh=refresh)  # warm-up: 2 rounds
+    first, later = np.array([4.0, 0, 0, 0]), np.zeros(C)
+    sampler.sample(1, np.arange(2), 1)
+    sampler.observe(1, [_update(0, first)], _global())
+    sampler.observe(2, [_update(0, later)], _global())  # still in the warm-up: always renewed
+    assert sampler.entropies[0] == pytest.approx(math.log(C))
+    sampler.observe(1, [_update(0, first)], _global())
+    sampler.observe(5, [_update(0, later)], _global())  # after the warm-up
+    expected = math.log(C) if renewed else float(estimate_entropy(first, 1.0))
+    assert sampler.entropies[0] == pytest.approx(expected)
+
+
+def test_authors_variant_freezes_unless_refresh_says_otherwise():
+    assert _hics(variant="authors").refresh == "frozen"
+    assert _hics(variant="authors", refresh="every-round").refresh == "every-round"
+    assert _hics().refresh == "every-round"
+
+
 def test_authors_variant_falls_back_to_clustered_sampling_when_estimates_spread():
     # estimates ln 4 and 0: variance > 0.1 -> one client per Algorithm 2 distribution
     sampler = _hics(n=4, k=2, variant="authors")
@@ -646,3 +697,32 @@ def test_scenario_keys_reach_the_hics_sampler():
     s = hics_from_config(cfg, "fc_out.bias")
     assert (s.temperature, s.hics_lambda, s.gamma0, s.rounds, s.num_clients) == (0.01, 10.0, 4.0, 200, 50)
     assert (s.departed, s.variant, s.ward, s.num_clusters) == ("drop", "paper", "scalable", 0)
+    assert (s.estimate, s.refresh) == ("bias", "every-round")
+
+
+@pytest.mark.parametrize(
+    "overrides, temperature",
+    [
+        (["strategy.sampler.hics_estimate=unit", "strategy.sampler.temperature=null"], 0.1),
+        (["strategy.sampler.hics_estimate=per-step", "strategy.sampler.temperature=null"], 0.1),
+        (["strategy.sampler.temperature=null"], 0.0025),  # bias: the paper's T
+        (["strategy.sampler.hics_estimate=unit", "strategy.sampler.temperature=0.3"], 0.3),
+    ],
+)
+def test_unset_temperature_takes_the_estimates_default(overrides, temperature):
+    from fedflex.config import load_scenario
+    from strategies.hics import hics_from_config
+
+    cfg = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "hics_fmnist.yaml", overrides)
+    s = hics_from_config(cfg, "fc_out.bias")
+    assert s.temperature == temperature and s.lr == cfg.client.lr == 0.001
+
+
+def test_bad_estimate_and_refresh_are_config_errors():
+    from fedflex.config import ConfigError, load_scenario
+
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "hics_fmnist.yaml"
+    with pytest.raises(ConfigError, match="hics_estimate"):
+        load_scenario(path, ["strategy.sampler.hics_estimate=norm"])
+    with pytest.raises(ConfigError, match="hics_refresh"):
+        load_scenario(path, ["strategy.sampler.hics_refresh=sometimes"])
