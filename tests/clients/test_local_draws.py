@@ -246,3 +246,26 @@ def test_a_quickstart_run_with_the_draws_logs_them(tmp_path):
     plain = tmp_path / "plain"
     assert main(["run", QUICKSTART, "--out", str(plain), *args]) == 0
     assert all("local_draws" not in json.loads(line) for line in (plain / "metrics.jsonl").read_text().splitlines())
+
+
+def test_packed_cohort_messages_draw_what_single_messages_draw():
+    # the Ray cohort path (CohortGrid packs a round into one message per worker) over an
+    # in-process grid: each client reports the draw and steps the plain path gives it
+    from fedflex.launch.cohort_grid import CohortGrid
+
+    cfg = load_scenario(None, BASE + DRAWS)
+    _, plain = _replies(cfg)
+    inner = LocalGrid(client_app, cfg.num_clients, seed=1)
+    client_of = {n: int(c.node_config["partition-id"]) for n, c in inner.contexts.items()}
+    packed = CohortGrid(inner, client_of.get, workers=2, vectorize="on")
+    task = runtime.get_task(str(train_config(cfg)[keys.TASK]))
+    content = RecordDict({keys.ARRAYS: ArrayRecord({k: v.detach() for k, v in task.model.state_dict().items()})})
+    config = ConfigRecord({**train_config(cfg), **ServerRule(cfg.strategy.local_rule).train_config(1)})
+    config[keys.SERVER_ROUND] = 1
+    content[keys.CONFIG] = config
+    messages = [Message(content=content, dst_node_id=n, message_type=MessageType.TRAIN) for n in packed.get_node_ids()]
+    got = sorted(
+        (dict(r.content[keys.METRICS]) for r in packed.send_and_receive(messages)), key=lambda m: m[keys.PARTITION_ID]
+    )
+    fields = (keys.PARTITION_ID, keys.LOCAL_EPOCHS, keys.LOCAL_BATCH_SIZE, keys.NUM_STEPS)
+    assert [[m[f] for f in fields] for m in got] == [[m[f] for f in fields] for m in plain]
