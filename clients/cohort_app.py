@@ -15,9 +15,11 @@ the node state updated the same way), but trains the clients as batched cohorts
   client's, per chunk) and takes the faster (logged when the choice changes); a 2-core
   CPU may well prefer one by one.
 
-Rules with their own loop (``bherd``, ``grab``) and models with BatchNorm statistics run
-one by one, with one log line saying so. Cohorts are cut into chunks that fit the
-device (:func:`clients.cohort.cohort_chunk_size`) unless ``cohort_size`` is set.
+Rules with their own loop (``bherd``, ``grab``), models with BatchNorm statistics and
+rounds whose clients drew different epochs or batch sizes (``client.epochs_range``,
+``client.batch_size_range``) run one by one, with one log line saying so. Cohorts are
+cut into chunks that fit the device (:func:`clients.cohort.cohort_chunk_size`) unless
+``cohort_size`` is set.
 A real SuperNode is one client and never sees cohorts.
 """
 
@@ -246,6 +248,13 @@ class CohortTrainer:
         payload = payload_of(first)  # the group shares one content: decode its records once
         inputs = [rule_input(msg, ctx, task, payload) for msg, ctx in group]
         settings = inputs[0].settings
+        if any(inp.settings != settings for inp in inputs[1:]):
+            self._say_once(
+                "drawn",
+                "cohorts: the clients drew different epochs / batch sizes (client.epochs_range / "
+                "client.batch_size_range); a cohort trains with one setting: these rounds train one client at a time",
+            )
+            return None
         chunk = self._chunk(task, settings, len(group))
         if not self._prefer_batched(task, rule, group, settings, chunk):
             return None
@@ -270,7 +279,7 @@ class CohortTrainer:
                     out = steps.finish(inputs[i], st, x, y, result)
                     if out.arrays is None:
                         out.arrays = OrderedDict((k, y.get(k, v)) for k, v in state.items())
-                    replies[i] = build_reply(msg, partition_id(ctx), task, out)
+                    replies[i] = build_reply(msg, partition_id(ctx), task, out, inputs[i].drawn)
                 except Exception as exc:
                     replies[i] = _error_reply(msg, exc)
         return [r for r in replies if r is not None]

@@ -34,6 +34,7 @@ class RuleInput:
     state: Optional[RecordDict] = None  # the node's persistent context state
     server_round: int = 0
     options: LocalRuleConfig = field(default_factory=LocalRuleConfig)  # the rule's options, as sent
+    drawn: dict[str, Any] = field(default_factory=dict)  # epochs / batch size drawn this round (reply metrics)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 
 from clients.rules import LOCAL_RULES, RuleInput, RuleOutput
 from clients.runtime import Task, get_task
-from clients.train import TrainSettings
+from clients.train import TrainSettings, drawn_settings
 from fedflex import keys
 from fedflex.config import ClientConfig, LocalRuleConfig
 from fedflex.records import from_record
@@ -77,20 +77,26 @@ def rule_input(msg: Message, context: Context, task: Task, payload: Optional[dic
     options = rule_options(config)
     payload = payload_of(msg) if payload is None else payload
     fixed_order = options.bherd_fixed_order  # same batches every round
-    generator = torch.Generator().manual_seed(
-        int(config[keys.SEED]) * 1_000_003 + (0 if fixed_order else server_round * 10_007) + pid
-    )
+    seed = int(config[keys.SEED])
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + (0 if fixed_order else server_round * 10_007) + pid)
+    indices = task.client_indices(pid)
+    sent = settings_from_config(config, loss=task.loss)
+    settings = drawn_settings(sent, seed=seed, server_round=server_round, client=pid, num_examples=len(indices))
+    drawn = {}
+    if settings is not sent:  # client.epochs_range / batch_size_range on: report what was drawn
+        drawn = {keys.LOCAL_EPOCHS: settings.epochs, keys.LOCAL_BATCH_SIZE: settings.batch_size}
     return RuleInput(
         model=task.model,
         data=task.train,
-        indices=task.client_indices(pid),
-        settings=settings_from_config(config, loss=task.loss),
+        indices=indices,
+        settings=settings,
         generator=generator,
         device=task.device,
         payload=payload,
         state=context.state,
         server_round=server_round,
         options=options,
+        drawn=drawn,
     )
 
 
@@ -101,9 +107,10 @@ def rule_name(msg: Message) -> str:
     return name
 
 
-def build_reply(msg: Message, pid: int, task: Task, out: RuleOutput) -> Message:
+def build_reply(msg: Message, pid: int, task: Task, out: RuleOutput, drawn: Optional[dict] = None) -> Message:
     """The train reply: the local model (or the rule's arrays), the rule's further array
-    records and the metrics."""
+    records and the metrics (with ``drawn``: the epochs / batch size this client drew,
+    :attr:`clients.common.RuleInput.drawn`)."""
     arrays = out.arrays if out.arrays is not None else task.model.state_dict()
     content = RecordDict({keys.ARRAYS: ArrayRecord({k: v.detach().cpu() for k, v in arrays.items()})})
     for name, tensors in out.extras.items():
@@ -113,6 +120,7 @@ def build_reply(msg: Message, pid: int, task: Task, out: RuleOutput) -> Message:
         keys.NUM_STEPS: out.result.num_steps,
         keys.TRAIN_LOSS: out.result.train_loss,
         keys.PARTITION_ID: pid,
+        **(drawn or {}),
         **out.metrics,
     }
     content[keys.METRICS] = MetricRecord(metrics)
@@ -126,4 +134,4 @@ def train_one(msg: Message, context: Context) -> Message:
     rule = LOCAL_RULES[rule_name(msg)]
     load_global(task, msg)
     inp = rule_input(msg, context, task)
-    return build_reply(msg, partition_id(context), task, rule(inp))
+    return build_reply(msg, partition_id(context), task, rule(inp), inp.drawn)

@@ -13,11 +13,13 @@ The mini-batch loss is ``TrainSettings.loss`` by name (:mod:`fedflex.losses`:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
 import torch
 from flwr.app import ArrayRecord, RecordDict
 from torch import nn
@@ -44,11 +46,62 @@ class TrainSettings:
     weight_decay: float = ClientConfig.weight_decay
     keep_optimizer_state: bool = ClientConfig.keep_optimizer_state
     loss: str = ModelConfig.loss
+    # per-client, per-round draws (None: off); drawn_settings turns them into epochs / batch_size
+    epochs_range: Optional[tuple[int, int]] = None
+    batch_size_range: Optional[tuple[int, int]] = None
 
     @classmethod
     def from_client(cls, client: ClientConfig, loss: str = ModelConfig.loss) -> "TrainSettings":
         """The settings of ``client`` (its training fields) with the task's ``loss``."""
-        return cls(**{name: getattr(client, name) for name in client.training_fields()}, loss=loss)
+        values = {name: getattr(client, name) for name in client.training_fields()}
+        for name in ("epochs_range", "batch_size_range"):
+            if values.get(name) is not None:
+                values[name] = tuple(int(v) for v in values[name])
+        return cls(**values, loss=loss)
+
+
+DRAW_EPOCHS, DRAW_BATCH = 1, 2  # stream tags: each option draws from its own stream
+
+
+def _draw(seed: int, server_round: int, client: int, tag: int, lo: int, hi: int) -> int:
+    """An integer uniform on lo..hi from the stream of (seed, round, client, tag)."""
+    rng = np.random.default_rng([int(seed), int(server_round), int(client), tag])
+    return int(rng.integers(lo, hi + 1))
+
+
+def drawn_settings(
+    settings: TrainSettings, *, seed: int, server_round: int, client: int, num_examples: int
+) -> TrainSettings:
+    """``settings`` with this client's epochs and batch size for this round drawn from
+    ``epochs_range`` / ``batch_size_range`` (``client.*``); unchanged when both are off.
+
+    Epochs: uniform on lo..hi. Batch size: uniform on lo..min(hi, n - 1) for a client with
+    n > lo examples, else n (FedAWARE's authors draw ``randint(10, n)``, i.e. 10..n-1).
+    Each option has its own random stream, seeded by (``seed``, ``server_round``,
+    ``client``) only: the draw does not depend on the backend, the order clients train in,
+    the other option, or a resume.
+
+    Examples
+    --------
+    >>> s = drawn_settings(TrainSettings(batch_size_range=(10, 10_000)), seed=0, server_round=1, client=3,
+    ...                    num_examples=11)
+    >>> s.batch_size, s.epochs, s.batch_size_range  # 10..min(10000, 11 - 1): always 10
+    (10, 1, None)
+    >>> drawn_settings(TrainSettings(batch_size_range=(10, 64)), seed=0, server_round=1, client=3,
+    ...                num_examples=7).batch_size  # n <= lo: one batch of n
+    7
+    """
+    if settings.epochs_range is None and settings.batch_size_range is None:
+        return settings
+    epochs, batch = settings.epochs, settings.batch_size
+    if settings.epochs_range is not None:
+        lo, hi = settings.epochs_range
+        epochs = _draw(seed, server_round, client, DRAW_EPOCHS, lo, hi)
+    if settings.batch_size_range is not None:
+        lo, hi = settings.batch_size_range
+        n = int(num_examples)
+        batch = max(n, 1) if n <= lo else _draw(seed, server_round, client, DRAW_BATCH, lo, min(hi, n - 1))
+    return dataclasses.replace(settings, epochs=epochs, batch_size=batch, epochs_range=None, batch_size_range=None)
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,22 @@ def _num(
         raise ConfigError(key, value, "must be " + " and ".join(text for _, text in bounds))
 
 
+def _int_range(path: str, name: str, value: Any) -> Optional[list[int]]:
+    """``value`` as ``[lo, hi]`` with integers 1 <= lo <= hi, or None."""
+    if value is None:
+        return None
+    items = list(value) if isinstance(value, (list, tuple, ListConfig)) else None
+    ok = (
+        items is not None
+        and len(items) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in items)
+        and 1 <= items[0] <= items[1]
+    )
+    if not ok:
+        raise ConfigError(_join(path, name), value, "must be null (off) or [lo, hi] with integers 1 <= lo <= hi")
+    return [int(v) for v in items]
+
+
 def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
@@ -267,6 +283,16 @@ class ClientConfig:
     The training fields travel to the clients in every train message
     (:func:`fedflex.records.to_record` under ``client``); ``device`` and ``num_threads``
     (``WORKER``) set up the worker process and travel in the task instead.
+
+    Per-client, per-round draws (null: off, every client trains ``epochs`` with
+    ``batch_size``): ``epochs_range: [lo, hi]`` draws the local epochs uniformly from
+    lo..hi; ``batch_size_range: [lo, hi]`` draws the batch size uniformly from
+    lo..min(hi, n - 1), n the client's examples (a client with n <= lo trains with batch n,
+    one batch per epoch). FedAWARE's authors' regime is ``epochs_range: [2, 5]`` and
+    ``batch_size_range: [10, hi]`` with hi at or above the largest partition. Each client
+    draws from (``seed``, round, client id) alone (:func:`clients.train.drawn_settings`), so
+    every backend and a resumed run train with the same values; the replies report them
+    (``local_draws`` in metrics.jsonl).
     """
 
     WORKER: ClassVar[tuple[str, ...]] = ("device", "num_threads")
@@ -282,6 +308,10 @@ class ClientConfig:
     device: str = "auto"
     num_threads: int = 0
 
+    # Per-client, per-round draws of epochs and batch size (None: off)
+    epochs_range: Optional[list[int]] = None
+    batch_size_range: Optional[list[int]] = None
+
     def validate(self, path: str) -> None:
         _num(path, "epochs", self.epochs, ge=1)
         _num(path, "steps", self.steps, ge=1, optional=True)
@@ -292,6 +322,14 @@ class ClientConfig:
         _num(path, "weight_decay", self.weight_decay, ge=0)
         _choice(path, "device", self.device, ("auto", "cpu", "cuda"))
         _num(path, "num_threads", self.num_threads, ge=0)
+        for name in ("epochs_range", "batch_size_range"):
+            setattr(self, name, _int_range(path, name, getattr(self, name)))
+        if self.epochs_range is not None and self.steps is not None:
+            raise ConfigError(
+                _join(path, "epochs_range"),
+                self.epochs_range,
+                f"has no effect with client.steps = {self.steps} (steps override epochs): unset one",
+            )
 
     def training_fields(self) -> list[str]:
         """The fields a train message carries (all but ``WORKER``)."""

@@ -38,6 +38,8 @@ HERD_DISTANCE = "herd-distance"  # ||g_i / k_i - mean_l z_l|| (the paper's Fig. 
 HERD_MEAN_NORM = "herd-mean-norm"  # ||mean_l z_l||: distance / mean norm = how far the herded step is from FedAvg's
 FEDNOVA_TAU = "fednova-tau"  # FedNova: local steps tau_i
 FEDNOVA_A_NORM = "fednova-a-norm"  # FedNova: ||a_i||_1 (tau_i for plain SGD)
+LOCAL_EPOCHS = "local-epochs"  # client.epochs_range / batch_size_range on: the epochs this client drew
+LOCAL_BATCH_SIZE = "local-batch-size"  # ... and its batch size (both sent when either option is on)
 
 # node_config keys (SuperNode side)
 NODE_PARTITION_ID = "partition-id"

@@ -39,12 +39,13 @@ def record_key(prefix: str, name: str) -> str:
 
 def to_record(obj: Any, prefix: str, only: Optional[Iterable[str]] = None) -> dict[str, Any]:
     """The scalar fields of dataclass ``obj`` (those named in ``only``, when given) as
-    ConfigRecord entries; ``None`` values are left out.
+    ConfigRecord entries; ``None`` values are left out. A list of ints (e.g.
+    ``client.epochs_range``) travels as a ConfigRecord list.
 
     Raises
     ------
     TypeError
-        For a field whose value is not a bool, int, float, str or None.
+        For a field whose value is not a bool, int, float, str, list of ints or None.
     """
     names = set(only) if only is not None else None
     out: dict[str, Any] = {}
@@ -53,6 +54,9 @@ def to_record(obj: Any, prefix: str, only: Optional[Iterable[str]] = None) -> di
             continue
         value = getattr(obj, f.name)
         if value is None:
+            continue
+        if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            out[record_key(prefix, f.name)] = [int(v) for v in value]
             continue
         if not isinstance(value, (bool, int, float, str)):
             raise TypeError(f"{type(obj).__name__}.{f.name} = {value!r} cannot travel in a ConfigRecord")
@@ -76,4 +80,7 @@ def _cast(hint: Any, value: Any) -> Any:
     """``value`` as the scalar type of ``hint`` (``Optional[int]`` -> int)."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     base = args[0] if args else hint
+    if typing.get_origin(base) is list:  # list[int]: each element cast
+        cast = _CASTS.get(typing.get_args(base)[0], lambda v: v)
+        return [cast(v) for v in value]
     return _CASTS.get(base, lambda v: v)(value)

@@ -436,6 +436,18 @@ class FedFlex(Strategy):
         for part in self.parts:
             record.extra.update(part.round_metrics())
         record.extra["e_lud"] = e_lud(self.global_arrays, [u.arrays for u in updates])  # every aggregator
+        draws = [
+            [
+                u.client,
+                int(u.metrics[keys.LOCAL_EPOCHS]),
+                int(u.metrics[keys.LOCAL_BATCH_SIZE]),
+                int(u.metrics.get(keys.NUM_STEPS, 0)),
+            ]
+            for u in updates
+            if keys.LOCAL_EPOCHS in u.metrics and keys.LOCAL_BATCH_SIZE in u.metrics
+        ]
+        if draws:  # client.epochs_range / batch_size_range: [client, epochs, batch size, steps], by client
+            record.extra["local_draws"] = draws
         return new
 
     # ------------------------------------------------------------------ Flower's Strategy API
