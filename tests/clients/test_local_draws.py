@@ -142,6 +142,7 @@ def test_options_off_leave_the_train_config_as_before():
         "client.lr": 0.01,
         "client.momentum": 0.0,
         "client.weight-decay": 0.0,
+        "client.keep-optimizer-state": False,  # issue 16's other client option, off
     }
 
 
