@@ -357,7 +357,7 @@ class SamplerConfig(_PartOptions):
       ``hics_estimate``: what the entropy is taken of: ``bias`` (the paper's bias update
       ``db``), ``unit`` (``db / ||db||``, scale-free) or ``per-step`` (``db`` / (lr x
       local steps)); ``temperature`` unset takes the estimate's default (0.0025 for
-      ``bias``, the paper's; 0.1 for the other two, measured, docs/hics-fl.md).
+      ``bias``, the paper's; 0.2 for ``unit``, 0.1 for ``per-step``: docs/hics-fl.md).
       ``hics_refresh``: ``every-round`` (the paper: a client's estimate is renewed
       whenever it trains) or ``frozen`` (kept from the warm-up, the authors' code);
       unset follows ``variant``.

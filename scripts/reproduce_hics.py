@@ -51,6 +51,29 @@ SAMPLERS = {
     "pow-d": ["strategy.sampler.name=pow-d", "strategy.sampler.d=0"],
     "clustered": ["strategy.sampler.name=clustered"],
     "hics": ["strategy.sampler.name=hics"],
+    # issue 16's variants: the scale-free estimate (its own T), estimates frozen after
+    # the warm-up, and the authors' persistent client momentum (for random too, so that
+    # the comparison stays paired); pow-d with d = 2K candidates as the authors ran it
+    "hics-unit": [
+        "strategy.sampler.name=hics",
+        "strategy.sampler.hics_estimate=unit",
+        "strategy.sampler.temperature=null",
+    ],
+    "hics-unit-frozen": [
+        "strategy.sampler.name=hics",
+        "strategy.sampler.hics_estimate=unit",
+        "strategy.sampler.temperature=null",
+        "strategy.sampler.hics_refresh=frozen",
+    ],
+    "hics-frozen": ["strategy.sampler.name=hics", "strategy.sampler.hics_refresh=frozen"],
+    "hics-unit-keep": [
+        "strategy.sampler.name=hics",
+        "strategy.sampler.hics_estimate=unit",
+        "strategy.sampler.temperature=null",
+        "client.keep_optimizer_state=true",
+    ],
+    "random-keep": ["strategy.sampler.name=uniform", "client.keep_optimizer_state=true"],
+    "pow-d-2k": ["strategy.sampler.name=pow-d", "strategy.sampler.d=10"],
     "divfl": ["strategy.sampler.name=divfl", "strategy.sampler.divfl_proxies=stale"],
     "divfl-ideal": ["strategy.sampler.name=divfl", "strategy.sampler.divfl_proxies=ideal"],
     "fedcor": ["strategy.sampler.name=fedcor"],

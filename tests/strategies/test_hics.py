@@ -703,7 +703,7 @@ def test_scenario_keys_reach_the_hics_sampler():
 @pytest.mark.parametrize(
     "overrides, temperature",
     [
-        (["strategy.sampler.hics_estimate=unit", "strategy.sampler.temperature=null"], 0.1),
+        (["strategy.sampler.hics_estimate=unit", "strategy.sampler.temperature=null"], 0.2),
         (["strategy.sampler.hics_estimate=per-step", "strategy.sampler.temperature=null"], 0.1),
         (["strategy.sampler.temperature=null"], 0.0025),  # bias: the paper's T
         (["strategy.sampler.hics_estimate=unit", "strategy.sampler.temperature=0.3"], 0.3),
