@@ -307,9 +307,10 @@ def main() -> None:
     parser.add_argument(
         "--set",
         nargs="*",
+        action="extend",
         default=[],
         metavar="KEY=VALUE",
-        help="extra fedflex overrides (same as the positional ones, safe after --samplers)",
+        help="extra fedflex overrides (same as the positional ones, safe after --samplers; may be repeated)",
     )
     parser.add_argument("overrides", nargs="*", help="extra fedflex overrides, e.g. client.momentum=0.9")
     args = parser.parse_args()
