@@ -280,9 +280,27 @@ class ClientConfig:
     threads per worker; 0 keeps torch's default, which Ray sets to the worker's
     ``simulation.num_cpus`` and the in-process backend leaves at all cores.
 
+    Learning-rate schedule (computed by the server, which sends each round's value as
+    ``client.lr``; every client path trains with it unchanged):
+
+    - ``lr_schedule``: ``constant`` (default: ``lr`` every round, the train message as
+      without a schedule), ``round`` (the clock t counts rounds from the run's start:
+      t = round - 1) or ``session`` (t counts rounds from the start of the current
+      session: t = round - start round, so the decay restarts at every session start the
+      server's session tracker sees; the session-aware initializer's gradient rounds run
+      at t = 0).
+    - ``lr_shape``: ``exp``: lr_t = max(``lr_min``, ``lr`` * ``lr_decay`` ** t);
+      ``poly``: lr_t = (``lr`` - ``lr_min``) (1 - min(t, H) / H) ** ``lr_power`` +
+      ``lr_min`` with H = ``lr_horizon`` rounds (the churn paper authors' schedule:
+      power 0.9, H the rounds of a session, ``lr_min`` a fraction of ``lr``).
+
+    The lr is a function of the round and of the current session's start round, which
+    the checkpoint keeps, so a resumed run sends the same values.
+
     The training fields travel to the clients in every train message
     (:func:`fedflex.records.to_record` under ``client``); ``device`` and ``num_threads``
-    (``WORKER``) set up the worker process and travel in the task instead.
+    (``WORKER``) set up the worker process and travel in the task instead; the schedule
+    fields (``SCHEDULE``) stay on the server.
 
     Per-client, per-round draws (null: off, every client trains ``epochs`` with
     ``batch_size``): ``epochs_range: [lo, hi]`` draws the local epochs uniformly from
@@ -296,6 +314,15 @@ class ClientConfig:
     """
 
     WORKER: ClassVar[tuple[str, ...]] = ("device", "num_threads")
+    SCHEDULE: ClassVar[tuple[str, ...]] = ("lr_schedule", "lr_shape", "lr_decay", "lr_power", "lr_horizon", "lr_min")
+    # schedule options and what reads them: (option, attribute, the values that read it)
+    SCHEDULE_USED_BY: ClassVar[tuple[tuple[str, str, tuple[str, ...]], ...]] = (
+        ("lr_shape", "lr_schedule", ("round", "session")),
+        ("lr_min", "lr_schedule", ("round", "session")),
+        ("lr_decay", "lr_shape", ("exp",)),
+        ("lr_power", "lr_shape", ("poly",)),
+        ("lr_horizon", "lr_shape", ("poly",)),
+    )
 
     epochs: int = 1
     steps: Optional[int] = None
@@ -307,6 +334,12 @@ class ClientConfig:
     keep_optimizer_state: bool = False
     device: str = "auto"
     num_threads: int = 0
+    lr_schedule: str = "constant"
+    lr_shape: str = "exp"
+    lr_decay: float = 1.0
+    lr_power: float = 0.9
+    lr_horizon: int = 0
+    lr_min: float = 0.0
 
     # Per-client, per-round draws of epochs and batch size (None: off)
     epochs_range: Optional[list[int]] = None
@@ -330,10 +363,59 @@ class ClientConfig:
                 self.epochs_range,
                 f"has no effect with client.steps = {self.steps} (steps override epochs): unset one",
             )
+        _choice(path, "lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        _choice(path, "lr_shape", self.lr_shape, LR_SHAPES)
+        _num(path, "lr_decay", self.lr_decay, gt=0, le=1)
+        _num(path, "lr_power", self.lr_power, gt=0)
+        _num(path, "lr_horizon", self.lr_horizon, ge=0)
+        _num(path, "lr_min", self.lr_min, ge=0)
+        if self.lr_schedule == "constant":
+            return
+        if self.lr_min > self.lr:
+            raise ConfigError(_join(path, "lr_min"), self.lr_min, f"must be <= client.lr ({self.lr})")
+        if self.lr_shape == "poly" and self.lr_horizon < 1:
+            raise ConfigError(
+                _join(path, "lr_horizon"), self.lr_horizon, "lr_shape=poly needs lr_horizon >= 1 (rounds to decay over)"
+            )
 
     def training_fields(self) -> list[str]:
-        """The fields a train message carries (all but ``WORKER``)."""
-        return [f.name for f in dataclasses.fields(self) if f.name not in self.WORKER]
+        """The fields a train message carries (all but ``WORKER`` and ``SCHEDULE``)."""
+        return [f.name for f in dataclasses.fields(self) if f.name not in self.WORKER + self.SCHEDULE]
+
+    def unused(self) -> list[tuple[str, Any, str, tuple[str, ...]]]:
+        """``(option, value, the option that decides, the values of it that read the
+        option)`` for every schedule option set away from its default that the chosen
+        schedule ignores (e.g. ``lr_decay`` with ``lr_schedule`` constant)."""
+        default = type(self)()
+        out = []
+        for option, decider, readers in self.SCHEDULE_USED_BY:
+            if getattr(self, option) == getattr(default, option):
+                continue
+            # an option is read when every option deciding it is at a reading value
+            chain = [(decider, readers)]
+            if decider == "lr_shape":
+                chain.append(("lr_schedule", ("round", "session")))
+            for name, values in chain:
+                if getattr(self, name) not in values:
+                    out.append((option, getattr(self, option), name, values))
+                    break
+        return out
+
+    def lr_at(self, server_round: int, session_start: int) -> float:
+        """The client learning rate of ``server_round`` (1-based) when the current
+        session started in round ``session_start`` (see the class docstring)."""
+        if self.lr_schedule == "constant":
+            return float(self.lr)
+        t = server_round - 1 if self.lr_schedule == "round" else server_round - session_start
+        t = max(t, 0)
+        if self.lr_shape == "exp":
+            return float(max(self.lr_min, self.lr * self.lr_decay**t))
+        fraction = 1.0 - min(t, self.lr_horizon) / self.lr_horizon
+        return float((self.lr - self.lr_min) * fraction**self.lr_power + self.lr_min)
+
+
+LR_SCHEDULES = ("constant", "round", "session")
+LR_SHAPES = ("exp", "poly")
 
 
 SAMPLERS = ("uniform", "hics", "pow-d", "clustered", "divfl", "fedcor")
@@ -945,6 +1027,15 @@ class ScenarioConfig:
                     raise ConfigError(
                         f"churn.sessions[{s}]", list(ids), f"client ids must lie in 0..{self.num_clients - 1}"
                     )
+        if self.client.lr_schedule != "constant" and (
+            self.strategy.aggregator.name == "bherd" or self.strategy.local_rule.name == "fedcm"
+        ):
+            part = "aggregator bherd" if self.strategy.aggregator.name == "bherd" else "local rule fedcm"
+            raise ConfigError(
+                "client.lr_schedule",
+                self.client.lr_schedule,
+                f"{part} steps on the server with the fixed client.lr; use lr_schedule=constant",
+            )
         if self.partition.scheme == "mixed-dirichlet" and self.num_clients % len(self.partition.alphas):
             raise ConfigError(
                 "num_clients",
@@ -1017,6 +1108,11 @@ def warn_unused(cfg: ScenarioConfig) -> list[str]:
                 f"strategy.{part}.{option}={value} does nothing for {part.replace('_', ' ')} {options.name} "
                 f"(read by: {', '.join(owners)})"
             )
+    for option, value, decider, readers in cfg.client.unused():
+        said.append(
+            f"client.{option}={value} does nothing for client.{decider} {getattr(cfg.client, decider)} "
+            f"(read by {decider}: {', '.join(readers)})"
+        )
     for message in said:
         logger.warning(message)
     return said

@@ -4,9 +4,22 @@ Runs scenarios/session_init_fmnist.yaml for every combination of label-set overl
 Dirichlet alpha, base method (FedAvg = local rule sgd, SCAFFOLD) and initializer
 (session-aware, previous, average) over several seeds, then prints, per transition, the
 mean accuracy on the online clients' labels over the first 10 rounds after it
-(mean +- sample std over seeds), next to the paper's FedAvg figures.
+(mean +- sample std over seeds), session-aware minus previous (mean +- std of the
+per-seed differences), and the paper's FedAvg figures.
+
+The paper's "first / second session transition" are placed at our transitions 3 and 4
+(PAPER_AT): with P = 1, transitions 1 and 2 are identical for session-aware and previous
+by construction (session 1 has no history, session 2's only history entry is the model
+it continues from), and the first transition where the method can choose between
+earlier sessions is the third.
 
     python scripts/reproduce_session_init.py --out runs/repro-session-init [--seeds 0 1 2] [--jobs 1]
+    python scripts/reproduce_session_init.py --authors-lr ...   # the authors' lr schedule
+
+``--authors-lr`` runs with the authors' client lr schedule (AUTHORS_LR): 0.001 decayed
+polynomially (power 0.9) over each 50-round session to 0.6 x 0.001, restarting at every
+session start (their lr_poly.json entry for MNIST / FedAvg; the FMNIST entry is not
+published).
 
 Finished runs (a summary.json in their directory) are reused, so an interrupted
 reproduction continues where it stopped.
@@ -27,7 +40,16 @@ ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "session_init_fmnist.yaml"
 INITS = ("session-aware", "previous", "average")
 METHODS = {"fedavg": ["strategy.local_rule.name=sgd"], "scaffold": ["strategy.local_rule.name=scaffold"]}
+AUTHORS_LR = [
+    "client.lr=0.001",
+    "client.lr_schedule=session",
+    "client.lr_shape=poly",
+    "client.lr_power=0.9",
+    "client.lr_horizon=50",
+    "client.lr_min=0.0006",
+]
 # v2 Table 3, FedAvg, FMNIST, 20 clients: (first, second) transition, proposed / previous / average
+PAPER_AT = (3, 4)  # our transitions (1-based) that the paper's first and second transition match
 PAPER = {
     (0.0, 0.3): ((88.16, 79.52, 87.95), (85.06, 82.70, 81.63)),
     (0.2, 0.3): ((85.50, 79.51, 85.62), (84.73, 81.61, 79.63)),
@@ -75,6 +97,7 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--inits", nargs="+", default=list(INITS), choices=list(INITS))
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--authors-lr", action="store_true", help="the authors' per-session lr schedule (AUTHORS_LR)")
     parser.add_argument("extra", nargs="*", help="further overrides for every run, e.g. rounds=100")
     args = parser.parse_args()
     out = Path(args.out)
@@ -89,14 +112,16 @@ def main() -> None:
                 *METHODS[method],
                 f"strategy.initializer.name={init}",
                 f"seed={seed}",
+                *(AUTHORS_LR if args.authors_lr else []),
                 *args.extra,
             ]
             jobs[(overlap, alpha, method, init, seed)] = pool.submit(run_one, d, ov)
         results = {k: json.loads((f.result() / "summary.json").read_text()) for k, f in jobs.items()}
 
     lines = [
-        "| overlap | alpha | method | transition | session-aware | previous | average | paper (FedAvg) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| overlap | alpha | method | transition | session-aware | previous | average | aware - previous "
+        "| paper (FedAvg) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for overlap, alpha, method in itertools.product(args.overlaps, args.alphas, args.methods):
         n_trans = max(
@@ -111,9 +136,22 @@ def main() -> None:
                     if (overlap, alpha, method, init, s) in results
                 ]
                 cells.append(fmt([v for v in vals if v is not None]))
+            diffs = [
+                results[(overlap, alpha, method, "session-aware", s)]["transitions"][t]["mean_online_accuracy"]
+                - results[(overlap, alpha, method, "previous", s)]["transitions"][t]["mean_online_accuracy"]
+                for s in args.seeds
+                if (overlap, alpha, method, "session-aware", s) in results
+                and (overlap, alpha, method, "previous", s) in results
+            ]
+            cells.append(fmt(diffs))
             paper = PAPER.get((overlap, alpha))
-            ref = "/".join(f"{x:.2f}" for x in paper[t]) if paper and method == "fedavg" and t < 2 else ""
+            which = PAPER_AT.index(t + 1) if t + 1 in PAPER_AT else None
+            ref = (
+                "/".join(f"{x:.2f}" for x in paper[which]) if paper and method == "fedavg" and which is not None else ""
+            )
             label = f"{t + 1}" + (" (return)" if t >= 1 else " (new labels)")
+            if which is not None:
+                label += f", paper's {('first', 'second')[which]}"
             lines.append(f"| {overlap} | {alpha} | {method} | {label} | " + " | ".join(cells) + f" | {ref} |")
     table = "\n".join(lines)
     print(table)

@@ -262,4 +262,5 @@ def build_strategy(
         on_too_few=cfg.churn.on_too_few,
         local_rule=s.local_rule.name,
         query_timeout=cfg.deployment.query_timeout,
+        client_lr=None if cfg.client.lr_schedule == "constant" else cfg.client.lr_at,
     )

@@ -146,6 +146,10 @@ class FedFlex(Strategy):
         (deployment). Either way the online set is also cut to clients with a live node.
     tracker
         Turns online sets into sessions.
+    client_lr
+        ``client_lr(round, session start round)``: the learning rate every train message
+        of the round carries as ``client.lr`` (a schedule, ``ClientConfig.lr_at``), also
+        logged as ``client_lr``. None: the train config's own ``client.lr`` (constant).
     """
 
     def __init__(
@@ -163,6 +167,7 @@ class FedFlex(Strategy):
         on_too_few: str = "skip",
         local_rule: str = "sgd",
         query_timeout: float = 60.0,
+        client_lr: Optional[Callable[[int, int], float]] = None,
     ) -> None:
         self.sampler = sampler
         self.aggregator = aggregator
@@ -175,6 +180,7 @@ class FedFlex(Strategy):
         self.tracker = tracker or SessionTracker()
         self.on_too_few = on_too_few
         self.local_rule = local_rule
+        self.client_lr = client_lr
         self.nodes = NodeDirectory(num_clients, query_timeout=query_timeout)
         self.global_arrays: "OrderedDict[str, np.ndarray]" = OrderedDict()
         self.record: Optional[RoundRecord] = None  # the round in progress, then the last one (parts, observers)
@@ -227,6 +233,7 @@ class FedFlex(Strategy):
             sampled = self.sampler.sample(server_round, online, self.clients_per_round)
             record.sampled = sampled.tolist()
             messages = self._train_messages(server_round, self._global_record(), sampled)
+            self._log_lr(server_round, record)
             # 5. local training
             replies = list(grid.send_and_receive(messages, timeout=self._timeout))
             # 6. check the replies, aggregate
@@ -295,6 +302,7 @@ class FedFlex(Strategy):
         saved = self.global_arrays
         self.global_arrays = arrays
         messages = self._train_messages(server_round, numpy_to_record(arrays), clients)
+        self._log_lr(server_round, record)
         replies = list(self._grid.send_and_receive(messages, timeout=self._timeout))
         new = self._aggregate(server_round, replies, record, _destinations(messages))
         self.global_arrays = saved
@@ -333,6 +341,9 @@ class FedFlex(Strategy):
         # a probe must not move client state (SCAFFOLD's variates) or server state
         config = ConfigRecord({**self._config, **ServerRule().train_config(server_round)})  # sgd's options
         config[keys.SERVER_ROUND] = server_round
+        lr = self._round_lr(server_round)
+        if lr is not None:
+            config[record_key(keys.CLIENT, "lr")] = lr
         if steps > 0:
             config[record_key(keys.CLIENT, "steps")] = int(steps)
         content = RecordDict({keys.ARRAYS: numpy_to_record(arrays), keys.CONFIG: config})
@@ -363,6 +374,19 @@ class FedFlex(Strategy):
         return np.intersect1d(self.availability.online(server_round), live).astype(np.int64)
 
     # ------------------------------------------------------------------ messages and replies
+    def _round_lr(self, server_round: int) -> Optional[float]:
+        """The scheduled client learning rate of ``server_round`` (None: no schedule; the
+        train config's ``client.lr`` stands). The session clock reads the tracker, which
+        has seen this round by the time its messages are built."""
+        if self.client_lr is None:
+            return None
+        return float(self.client_lr(server_round, max(self.tracker.session_start_round, 1)))
+
+    def _log_lr(self, server_round: int, record: RoundRecord) -> None:
+        lr = self._round_lr(server_round)
+        if lr is not None:
+            record.extra["client_lr"] = lr
+
     def _train_messages(self, server_round: int, arrays: ArrayRecord, clients: np.ndarray) -> list[Message]:
         """One train message per client, all sharing one content: the model, the parts'
         payloads and config entries, the scenario's train config and the round."""
@@ -374,6 +398,9 @@ class FedFlex(Strategy):
             for key, value in part.train_config(server_round).items():
                 config[key] = value
         config[keys.SERVER_ROUND] = server_round
+        lr = self._round_lr(server_round)
+        if lr is not None:
+            config[record_key(keys.CLIENT, "lr")] = lr
         content[keys.CONFIG] = config
         return [
             # ttl: a node never picks up a message whose round has given up on it
@@ -464,6 +491,7 @@ class FedFlex(Strategy):
             return []
         sampled = self.sampler.sample(server_round, np.asarray(record.online, dtype=np.int64), self.clients_per_round)
         record.sampled = sampled.tolist()
+        self._log_lr(server_round, record)
         return self._train_messages(server_round, self._global_record(), sampled)
 
     def aggregate_train(
