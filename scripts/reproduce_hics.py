@@ -50,7 +50,7 @@ SAMPLERS = {
     "random": ["strategy.sampler.name=uniform"],
     "pow-d": ["strategy.sampler.name=pow-d", "strategy.sampler.d=0"],
     "clustered": ["strategy.sampler.name=clustered"],
-    "hics": ["strategy.sampler.name=hics"],
+    "hics": ["strategy.sampler.name=hics", "strategy.sampler.hics_estimate=bias"],  # the paper's estimate
     # issue 16's variants: the scale-free estimate (its own T), estimates frozen after
     # the warm-up, and the authors' persistent client momentum (for random too, so that
     # the comparison stays paired); pow-d with d = 2K candidates as the authors ran it

@@ -9,6 +9,11 @@ layer's bias alone, ``db_k = b_local - b_global`` (local minus global):
 
     H_k = H(softmax(db_k / T))                                   (natural log, Eq. 7)
 
+(fedflex's default takes it of the unit vector ``db_k / ||db_k||`` at T = 0.2 instead,
+``estimate="unit"``: the size of ``db_k`` shrinks as the model fits a client, so the
+paper's estimate stops ranking the clients after a few rounds; ``estimate="bias"`` is
+the paper's; see :func:`scaled_update` and docs/hics-fl.md)
+
 groups the clients with the distance (Eq. 9)
 
     dist(u, k) = arccos(cos(db_u, db_k)) + lambda |H_u - H_k|
@@ -218,7 +223,8 @@ class HiCSSampler(Sampler):
     seed : int
         Seed of the sampler's own generator.
     temperature, hics_lambda, gamma0 : float
-        T of Eq. 7, lambda of Eq. 9, gamma_0 of Eq. 10.
+        T of Eq. 7, lambda of Eq. 9, gamma_0 of Eq. 10; ``temperature`` None takes
+        :data:`DEFAULT_TEMPERATURE` of the estimate.
     num_clusters : int
         M; 0 means K.
     departed : {"keep", "drop"}
@@ -227,6 +233,14 @@ class HiCSSampler(Sampler):
         The paper's rule or the authors' code (module docstring).
     ward : {"exact", "scalable"}
         Exact Ward, or Ward on ``max_exact`` representatives (module docstring).
+    estimate : {"bias", "unit", "per-step"} or None
+        What the entropy is taken of (:func:`scaled_update`); None: ``unit``, or
+        ``bias`` for ``variant="authors"``.
+    refresh : {"every-round", "frozen"} or None
+        Renew a client's estimate whenever it trains, or keep its warm-up estimate;
+        None: ``every-round``, or ``frozen`` for ``variant="authors"``.
+    lr : float
+        The client learning rate (``per-step`` divides by lr x steps).
     """
 
     name = "hics"
@@ -238,7 +252,7 @@ class HiCSSampler(Sampler):
         num_clients: int,
         rounds: int,
         seed: int,
-        temperature: float = 0.0025,
+        temperature: Optional[float] = None,
         hics_lambda: float = 10.0,
         gamma0: float = 4.0,
         num_clusters: int = 0,
@@ -246,7 +260,7 @@ class HiCSSampler(Sampler):
         variant: str = "paper",
         ward: str = "exact",
         max_exact: int = 1000,
-        estimate: str = "bias",
+        estimate: Optional[str] = None,
         refresh: Optional[str] = None,
         lr: float = 1.0,
     ) -> None:
@@ -259,7 +273,7 @@ class HiCSSampler(Sampler):
             ("departed", departed, ("keep", "drop")),
             ("variant", variant, ("paper", "authors")),
             ("ward", ward, ("exact", "scalable")),
-            ("estimate", estimate, ESTIMATES),
+            ("estimate", estimate or "unit", ESTIMATES),
             ("refresh", refresh or "every-round", ("every-round", "frozen")),
         ):
             if value not in allowed:
@@ -268,7 +282,8 @@ class HiCSSampler(Sampler):
         self.weight_key = bias_key[: -len("bias")] + "weight" if bias_key.endswith("bias") else None
         self.num_clients = num_clients
         self.rounds = rounds
-        self.temperature = temperature
+        self.estimate = estimate or ("bias" if variant == "authors" else "unit")
+        self.temperature = temperature if temperature is not None else DEFAULT_TEMPERATURE[self.estimate]
         self.hics_lambda = hics_lambda
         self.gamma0 = gamma0
         self.num_clusters = num_clusters
@@ -276,7 +291,6 @@ class HiCSSampler(Sampler):
         self.variant = variant
         self.ward = ward
         self.max_exact = max_exact
-        self.estimate = estimate
         # unset: the paper re-estimates a client whenever it trains; the authors' code
         # keeps each client's first (warm-up) estimate
         self.refresh = refresh or ("frozen" if variant == "authors" else "every-round")
@@ -458,7 +472,7 @@ def hics_from_config(cfg: Any, bias_key: Optional[str]) -> HiCSSampler:
         num_clients=cfg.num_clients,
         rounds=cfg.rounds,
         seed=cfg.seed + 11,
-        temperature=s.temperature if s.temperature is not None else DEFAULT_TEMPERATURE[s.hics_estimate],
+        temperature=s.temperature,
         hics_lambda=s.hics_lambda,
         gamma0=s.gamma0,
         num_clusters=s.num_clusters,

@@ -74,7 +74,7 @@ def _update(client, db, n=10, dw=None):
 
 
 def _hics(n=6, k=2, **kwargs):
-    args = dict(bias_key=BIAS, num_clients=n, rounds=100, seed=0, temperature=1.0)
+    args = dict(bias_key=BIAS, num_clients=n, rounds=100, seed=0, temperature=1.0, estimate="bias")  # Eq. 7 as written
     args.update(kwargs)
     sampler = HiCSSampler(**args)
     sampler.bind(FakeCtx(global_arrays=_global()))
@@ -397,6 +397,13 @@ def test_refresh_option_renews_or_freezes_estimates_after_the_warmup(refresh, re
     assert sampler.entropies[0] == pytest.approx(expected)
 
 
+def test_unset_estimate_is_unit_except_for_the_authors_variant():
+    assert HiCSSampler(bias_key=BIAS, num_clients=2, rounds=1, seed=0).estimate == "unit"
+    assert HiCSSampler(bias_key=BIAS, num_clients=2, rounds=1, seed=0).temperature == 0.2
+    authors = HiCSSampler(bias_key=BIAS, num_clients=2, rounds=1, seed=0, variant="authors")
+    assert (authors.estimate, authors.temperature) == ("bias", 0.0025)
+
+
 def test_authors_variant_freezes_unless_refresh_says_otherwise():
     assert _hics(variant="authors").refresh == "frozen"
     assert _hics(variant="authors", refresh="every-round").refresh == "every-round"
@@ -697,7 +704,7 @@ def test_scenario_keys_reach_the_hics_sampler():
     s = hics_from_config(cfg, "fc_out.bias")
     assert (s.temperature, s.hics_lambda, s.gamma0, s.rounds, s.num_clients) == (0.01, 10.0, 4.0, 200, 50)
     assert (s.departed, s.variant, s.ward, s.num_clusters) == ("drop", "paper", "scalable", 0)
-    assert (s.estimate, s.refresh) == ("bias", "every-round")
+    assert (s.estimate, s.refresh) == ("unit", "every-round")  # the default estimate
 
 
 @pytest.mark.parametrize(
@@ -705,7 +712,8 @@ def test_scenario_keys_reach_the_hics_sampler():
     [
         (["strategy.sampler.hics_estimate=unit", "strategy.sampler.temperature=null"], 0.2),
         (["strategy.sampler.hics_estimate=per-step", "strategy.sampler.temperature=null"], 0.1),
-        (["strategy.sampler.temperature=null"], 0.0025),  # bias: the paper's T
+        (["strategy.sampler.hics_estimate=bias", "strategy.sampler.temperature=null"], 0.0025),  # the paper's T
+        (["strategy.sampler.temperature=null"], 0.2),  # unset estimate: unit
         (["strategy.sampler.hics_estimate=unit", "strategy.sampler.temperature=0.3"], 0.3),
     ],
 )
