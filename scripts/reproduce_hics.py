@@ -191,20 +191,28 @@ def plot(
     plt.close(fig)
 
 
-def summarize(hits: list[Optional[int]], rounds: int) -> dict:
-    """Median and min-max of rounds-to-target over seeds; misses count as infinite."""
-    values = [h if h is not None else float("inf") for h in hits]
+#: a smoothed rounds-to-target that the run's early stop left undetermined
+UNKNOWN = "n/k"
+
+
+def summarize(hits: list, rounds: int) -> dict:
+    """Median and min-max of rounds-to-target over seeds; misses count as infinite,
+    :data:`UNKNOWN` entries are left out (``known`` counts the rest)."""
+    values = [h if h is not None else float("inf") for h in hits if h != UNKNOWN]
     med = statistics.median(values) if values else float("inf")
     return {
         "rounds_to_target": hits,
-        "reached": sum(h is not None for h in hits),
-        "median": None if med == float("inf") else med,
+        "known": len(values),
+        "reached": sum(h is not None and h != UNKNOWN for h in hits),
+        "median": UNKNOWN if not values and hits else (None if med == float("inf") else med),
         "min": None if min(values, default=float("inf")) == float("inf") else min(values),
         "max": None if max(values, default=float("inf")) == float("inf") else max(values),
     }
 
 
-def fmt(value: Optional[float], rounds: int) -> str:
+def fmt(value, rounds: int) -> str:
+    if value == UNKNOWN:
+        return UNKNOWN
     if value is None:
         return f">{rounds}"
     return f"{value:g}"
@@ -219,14 +227,16 @@ def per_seed_table(results: dict, rounds: int, pct: str, window: int) -> str:
     def cells(hits: list[Optional[int]]) -> str:
         return ", ".join(fmt(h, rounds) for h in hits)
 
-    def ratios(base: list[Optional[int]], hits: list[Optional[int]]) -> str:
-        pairs = [((b or rounds), (h or rounds)) for b, h in zip(base, hits)]
+    def ratios(base: list, hits: list) -> str:
+        pairs = [((b or rounds), (h or rounds)) for b, h in zip(base, hits) if UNKNOWN not in (b, h)]
         if not pairs:
             return "-"
         each = [b / h for b, h in pairs]
         geo = math.exp(statistics.fmean(math.log(x) for x in each))
         med = statistics.median(b for b, _ in pairs) / statistics.median(h for _, h in pairs)
-        return f"{', '.join(f'{x:.2f}' for x in each)} (geo-mean {geo:.2f}; medians {med:.2f})"
+        return (
+            f"{', '.join(f'{x:.2f}' for x in each)} (geo-mean {geo:.2f}; medians {med:.2f}; {len(pairs)} known pairs)"
+        )
 
     base = results.get("random")
     curves = [("raw", pct, lambda r: r)]
@@ -247,7 +257,8 @@ def per_seed_table(results: dict, rounds: int, pct: str, window: int) -> str:
     if window:
         out += (
             f"\n(smoothed: Savitzky-Golay, window {window}, as the paper's plots; a run stopped at the raw target "
-            "counts a smoothed round only if the window around it was complete)\n"
+            f"counts a smoothed round only if the window around it was complete; {UNKNOWN}: not known, the run "
+            "stopped first; medians and ratios over the known seeds)\n"
         )
     return out
 
@@ -353,9 +364,12 @@ def main() -> None:
             hits.append(rounds_to_accuracy(rows, args.target))
             if window:
                 complete = len(rows) == args.rounds
+                # a run stopped early (at the raw target) may end before a smoothed crossing
+                # is final: that is "not known" (n/k), not a miss
                 smooth_hits.append(
                     {
                         t: smoothed_rounds_to_accuracy(rows, t, window, order, final_only=not complete)
+                        or (None if complete else UNKNOWN)
                         for t in args.smooth_targets
                     }
                 )
