@@ -150,6 +150,7 @@ def scaled_update(db: np.ndarray, estimate: str, lr: float = 1.0, steps: int = 1
     - ``unit``: ``db / ||db||``: only the direction; scale-free (a zero update stays zero).
     - ``per-step``: ``db / (lr x steps)``: per unit of learning rate and local step, about
       (label share - mean predicted probability); free of lr and steps, not of the fit.
+      ``lr`` is the scenario's ``client.lr``: a ``client.lr_schedule`` is not followed.
     """
     db = np.asarray(db, dtype=np.float64)
     if estimate == "bias":
