@@ -45,34 +45,23 @@ from fedflex.results import read_metrics, rounds_to_accuracy, smoothed_rounds_to
 SCENARIO = ROOT / "scenarios" / "hics_fmnist.yaml"
 #: Table 2 of the paper, FMNIST setting (2), rounds to 75% test accuracy
 PAPER = {"random": 149, "pow-d": 79, "clustered": 114, "hics": 60}  # DivFL / FedCor: not entered
+HICS_PAPER = ["strategy.sampler.name=hics", "strategy.sampler.hics_estimate=bias"]  # the paper's estimate
+HICS_UNIT = ["strategy.sampler.name=hics", "strategy.sampler.hics_estimate=unit", "strategy.sampler.temperature=null"]
+KEEP = "client.keep_optimizer_state=true"
 #: reproduction name -> fedflex overrides
 SAMPLERS = {
     "random": ["strategy.sampler.name=uniform"],
     "pow-d": ["strategy.sampler.name=pow-d", "strategy.sampler.d=0"],
     "clustered": ["strategy.sampler.name=clustered"],
-    "hics": ["strategy.sampler.name=hics", "strategy.sampler.hics_estimate=bias"],  # the paper's estimate
+    "hics": HICS_PAPER,
     # issue 16's variants: the scale-free estimate (its own T), estimates frozen after
     # the warm-up, and the authors' persistent client momentum (for random too, so that
     # the comparison stays paired); pow-d with d = 2K candidates as the authors ran it
-    "hics-unit": [
-        "strategy.sampler.name=hics",
-        "strategy.sampler.hics_estimate=unit",
-        "strategy.sampler.temperature=null",
-    ],
-    "hics-unit-frozen": [
-        "strategy.sampler.name=hics",
-        "strategy.sampler.hics_estimate=unit",
-        "strategy.sampler.temperature=null",
-        "strategy.sampler.hics_refresh=frozen",
-    ],
-    "hics-frozen": ["strategy.sampler.name=hics", "strategy.sampler.hics_refresh=frozen"],
-    "hics-unit-keep": [
-        "strategy.sampler.name=hics",
-        "strategy.sampler.hics_estimate=unit",
-        "strategy.sampler.temperature=null",
-        "client.keep_optimizer_state=true",
-    ],
-    "random-keep": ["strategy.sampler.name=uniform", "client.keep_optimizer_state=true"],
+    "hics-unit": HICS_UNIT,
+    "hics-unit-frozen": [*HICS_UNIT, "strategy.sampler.hics_refresh=frozen"],
+    "hics-frozen": [*HICS_PAPER, "strategy.sampler.hics_refresh=frozen"],
+    "hics-unit-keep": [*HICS_UNIT, KEEP],
+    "random-keep": ["strategy.sampler.name=uniform", KEEP],
     "pow-d-2k": ["strategy.sampler.name=pow-d", "strategy.sampler.d=10"],
     "divfl": ["strategy.sampler.name=divfl", "strategy.sampler.divfl_proxies=stale"],
     "divfl-ideal": ["strategy.sampler.name=divfl", "strategy.sampler.divfl_proxies=ideal"],
