@@ -423,6 +423,8 @@ AGGREGATORS = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedams"
 INITIALIZERS = ("previous", "average", "session-aware")
 LOCAL_RULES = ("sgd", "fedprox", "scaffold", "fednova", "bherd", "grab", "feddyn", "fedcm")
 BHERD_BASES = ("fedavg", "fednova", "scaffold")
+HICS_ESTIMATES = ("bias", "unit", "per-step")  # what HiCS-FL's entropy is taken of
+HICS_REFRESH = ("every-round", "frozen")
 
 
 @dataclass
@@ -524,9 +526,9 @@ class SamplerConfig(_PartOptions):
             )
         _num(path, "temperature", self.temperature, gt=0, optional=True)
         if self.hics_estimate is not None:
-            _choice(path, "hics_estimate", self.hics_estimate, ("bias", "unit", "per-step"))
+            _choice(path, "hics_estimate", self.hics_estimate, HICS_ESTIMATES)
         if self.hics_refresh is not None:
-            _choice(path, "hics_refresh", self.hics_refresh, ("every-round", "frozen"))
+            _choice(path, "hics_refresh", self.hics_refresh, HICS_REFRESH)
         _num(path, "hics_lambda", self.hics_lambda, ge=0)
         _num(path, "gamma0", self.gamma0, ge=0)
         _num(path, "num_clusters", self.num_clusters, ge=0)

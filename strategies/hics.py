@@ -81,6 +81,7 @@ import numpy as np
 from flwr.common import log
 
 from fedflex import keys
+from fedflex.config import HICS_ESTIMATES, HICS_REFRESH
 from strategies.basic import explore_first
 from strategies.clustering import (
     algorithm2_distributions,
@@ -134,8 +135,6 @@ def estimate_entropy(db: np.ndarray, temperature: float) -> np.ndarray:
     return entropy(softmax(db, temperature))
 
 
-#: ``estimate`` -> what the entropy is taken of (see :func:`scaled_update`)
-ESTIMATES = ("bias", "unit", "per-step")
 #: unset ``temperature``: the default T of each estimate (docs/hics-fl.md, "Scale-free
 #: estimates": the paper's T for ``bias``; measured on FMNIST for the other two)
 DEFAULT_TEMPERATURE = {"bias": 0.0025, "unit": 0.2, "per-step": 0.1}
@@ -160,7 +159,7 @@ def scaled_update(db: np.ndarray, estimate: str, lr: float = 1.0, steps: int = 1
         return np.divide(db, norm, out=np.zeros_like(db), where=norm > 0)
     if estimate == "per-step":
         return db / (lr * max(int(steps), 1))
-    raise ValueError(f"hics estimate {estimate!r}: must be one of {', '.join(ESTIMATES)}")
+    raise ValueError(f"hics estimate {estimate!r}: must be one of {', '.join(HICS_ESTIMATES)}")
 
 
 def hics_distance(
@@ -274,8 +273,8 @@ class HiCSSampler(Sampler):
             ("departed", departed, ("keep", "drop")),
             ("variant", variant, ("paper", "authors")),
             ("ward", ward, ("exact", "scalable")),
-            ("estimate", estimate or "unit", ESTIMATES),
-            ("refresh", refresh or "every-round", ("every-round", "frozen")),
+            ("estimate", estimate or "unit", HICS_ESTIMATES),
+            ("refresh", refresh or "every-round", HICS_REFRESH),
         ):
             if value not in allowed:
                 raise ValueError(f"hics sampler: {key} = {value!r}: must be one of {', '.join(allowed)}")
