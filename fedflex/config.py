@@ -387,14 +387,16 @@ class ClientConfig:
         option)`` for every schedule option set away from its default that the chosen
         schedule ignores (e.g. ``lr_decay`` with ``lr_schedule`` constant)."""
         default = type(self)()
+        deciders = {option: (decider, readers) for option, decider, readers in self.SCHEDULE_USED_BY}
         out = []
         for option, decider, readers in self.SCHEDULE_USED_BY:
             if getattr(self, option) == getattr(default, option):
                 continue
-            # an option is read when every option deciding it is at a reading value
+            # an option is read when every option deciding it (and what decides those, as
+            # lr_schedule decides lr_shape) is at a reading value
             chain = [(decider, readers)]
-            if decider == "lr_shape":
-                chain.append(("lr_schedule", ("round", "session")))
+            while chain[-1][0] in deciders:
+                chain.append(deciders[chain[-1][0]])
             for name, values in chain:
                 if getattr(self, name) not in values:
                     out.append((option, getattr(self, option), name, values))

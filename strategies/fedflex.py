@@ -341,9 +341,7 @@ class FedFlex(Strategy):
         # a probe must not move client state (SCAFFOLD's variates) or server state
         config = ConfigRecord({**self._config, **ServerRule().train_config(server_round)})  # sgd's options
         config[keys.SERVER_ROUND] = server_round
-        lr = self._round_lr(server_round)
-        if lr is not None:
-            config[record_key(keys.CLIENT, "lr")] = lr
+        self._put_round_lr(config, server_round)
         if steps > 0:
             config[record_key(keys.CLIENT, "steps")] = int(steps)
         content = RecordDict({keys.ARRAYS: numpy_to_record(arrays), keys.CONFIG: config})
@@ -382,6 +380,12 @@ class FedFlex(Strategy):
             return None
         return float(self.client_lr(server_round, max(self.tracker.session_start_round, 1)))
 
+    def _put_round_lr(self, config: ConfigRecord, server_round: int) -> None:
+        """A scheduled lr replaces the train config's ``client.lr`` (no schedule: nothing)."""
+        lr = self._round_lr(server_round)
+        if lr is not None:
+            config[record_key(keys.CLIENT, "lr")] = lr
+
     def _log_lr(self, server_round: int, record: RoundRecord) -> None:
         lr = self._round_lr(server_round)
         if lr is not None:
@@ -398,9 +402,7 @@ class FedFlex(Strategy):
             for key, value in part.train_config(server_round).items():
                 config[key] = value
         config[keys.SERVER_ROUND] = server_round
-        lr = self._round_lr(server_round)
-        if lr is not None:
-            config[record_key(keys.CLIENT, "lr")] = lr
+        self._put_round_lr(config, server_round)
         content[keys.CONFIG] = config
         return [
             # ttl: a node never picks up a message whose round has given up on it
