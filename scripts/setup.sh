@@ -3,7 +3,9 @@
 # - Fashion-MNIST from Debian's dataset-fashion-mnist package (when root and apt-get exist);
 # - a virtual environment OUTSIDE the clone ($FEDFLEX_VENV, default ~/.venvs/fedflex), so
 #   re-runs and CI reuse the multi-GB torch install instead of redoing it;
-# - fedflex installed into it (editable) with its test extra.
+# - fedflex installed into it (editable) with its test extra, at the tested versions of
+#   constraints.txt; FEDFLEX_NEWEST=1 installs the newest releases the pins in
+#   pyproject.toml allow instead (then run the tests before trusting a result).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${FEDFLEX_VENV:-$HOME/.venvs/fedflex}"
@@ -25,5 +27,10 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 # torchvision's wheels pin a matching (CUDA-built) torch that also runs on the CPU;
 # pinning the CPU-only torch 2.13 breaks torchvision's operators (see README).
-"$venv/bin/pip" install -q -e "$here[test]"
+if [ "${FEDFLEX_NEWEST:-0}" = 1 ]; then
+  echo "setup: FEDFLEX_NEWEST=1: installing the newest allowed releases (not constraints.txt)" >&2
+  "$venv/bin/pip" install -q --upgrade --upgrade-strategy eager -e "$here[test]"
+else
+  "$venv/bin/pip" install -q -e "$here[test]" -c "$here/constraints.txt"
+fi
 echo "$venv"
