@@ -14,7 +14,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Optional, Sequence
+from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -57,6 +57,8 @@ def _num(
         if optional:
             return
         raise ConfigError(key, value, "must be set")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):  # a config built in code
+        raise ConfigError(key, value, "must be a number")
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(key, value, "must be a finite number")
     bounds = []
@@ -942,6 +944,19 @@ class DeploymentConfig:
         _num(path, "query_timeout", self.query_timeout, gt=0)
 
 
+# tracker name -> (the module it needs, the fedflex extra that installs it)
+TRACKERS = {"tensorboard": ("tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow"), "wandb": ("wandb", "wandb")}
+
+
+def _missing_module(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):
+        return True
+
+
 @dataclass
 class OutputConfig:
     """Where results go: ``dir`` (default ``runs/<name>-<timestamp>``), PNG plots, progress.
@@ -949,23 +964,46 @@ class OutputConfig:
     ``checkpoint_every``: save the server state (global model, parts' state, session
     tracker, round) every k rounds to ``checkpoint.pkl`` (0: never); ``fedflex run
     --resume DIR`` continues from it. The final model is always saved (``model.npz``).
+
+    ``trackers``: experiment trackers that also receive the run (:mod:`fedflex.tracking`):
+    ``tensorboard`` (event files in ``DIR/tensorboard``), ``mlflow`` (``MLFLOW_TRACKING_URI``,
+    else ``DIR/mlflow.db``), ``wandb`` (``WANDB_MODE=offline`` keeps it local). Each needs
+    its package: ``pip install 'fedflex[tensorboard]'`` (or ``[mlflow]``, ``[wandb]``).
     """
 
     dir: Optional[str] = None
     plots: bool = True
     progress: str = "auto"  # auto | bar | lines | off
     checkpoint_every: int = 10
+    trackers: list[str] = field(default_factory=list)
 
     def validate(self, path: str) -> None:
         if self.progress in ("False", "false"):  # YAML reads a bare `off` as false
             self.progress = "off"
         _choice(path, "progress", self.progress, ("auto", "bar", "lines", "off"))
         _num(path, "checkpoint_every", self.checkpoint_every, ge=0)
+        key = _join(path, "trackers")
+        if isinstance(self.trackers, str):
+            raise ConfigError(key, self.trackers, "must be a list of tracker names, e.g. [tensorboard]")
+        for name in self.trackers:
+            _choice(path, "trackers", name, tuple(TRACKERS))
+            module, extra = TRACKERS[name]
+            if _missing_module(module):
+                raise ConfigError(
+                    key, name, f"tracker {name} needs the {module} package: pip install 'fedflex[{extra}]'"
+                )
+        if len(set(self.trackers)) < len(self.trackers):
+            raise ConfigError(key, list(self.trackers), "names a tracker twice")
 
 
 @dataclass
 class ScenarioConfig:
-    """One complete experiment."""
+    """One complete experiment.
+
+    Built in code (``ScenarioConfig(rounds=5, churn=ChurnConfig(kind="markov"))``), it is
+    validated and its unset defaults are filled at construction: a bad value raises
+    :class:`ConfigError` naming the key.
+    """
 
     name: str = "scenario"
     seed: int = 0
@@ -981,6 +1019,11 @@ class ScenarioConfig:
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     deployment: DeploymentConfig = field(default_factory=DeploymentConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+
+    def __post_init__(self) -> None:
+        # a config built in code (ScenarioConfig(rounds=5, ...)) is checked and its
+        # unset defaults (e.g. churn.min_session_rounds) filled as it is made
+        self.validate()
 
     def validate(self, path: str = "") -> None:
         _num(path, "seed", self.seed, ge=0)
@@ -1059,8 +1102,14 @@ class ScenarioConfig:
 
 
 # ---------------------------------------------------------------------------- loading
-def load_scenario(path: Optional[str | Path] = None, overrides: Iterable[str] = ()) -> ScenarioConfig:
+def load_scenario(
+    path: Optional[str | Path | Mapping[str, Any]] = None, overrides: Iterable[str] = ()
+) -> ScenarioConfig:
     """Load a scenario: defaults <- YAML file <- dotlist overrides; validate; return it.
+
+    ``path`` may also be a mapping of scenario keys (a scenario built in code, e.g.
+    ``dataclasses.asdict(cfg)``): it is checked as a file's content would be, and a
+    relative ``churn.trace`` resolves against the working directory.
 
     Raises
     ------
@@ -1070,6 +1119,12 @@ def load_scenario(path: Optional[str | Path] = None, overrides: Iterable[str] = 
     schema = OmegaConf.structured(ScenarioConfig)
     layers: list[DictConfig | ListConfig] = []
     file_trace = None
+    if isinstance(path, Mapping):
+        try:
+            layers.append(OmegaConf.create(dict(path)))
+        except OmegaConfBaseException as exc:
+            raise _from_omegaconf(exc) from None
+        path = None
     if path is not None:
         p = Path(path)
         if not p.is_file():

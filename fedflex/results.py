@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
+MODEL_FILE = "model.npz"
 ACCURACY_PLOT = "accuracy.png"
 CHURN_PLOT = "churn.png"
 
@@ -66,6 +67,10 @@ class RunRecorder:
         self._metrics.flush()
         os.fsync(self._metrics.fileno())
 
+    def save_model(self, arrays: dict[str, np.ndarray]) -> None:
+        """The final global model as model.npz."""
+        np.savez(self.out_dir / MODEL_FILE, **arrays)
+
     def finish(self, summary: dict[str, Any], timeline: Optional[np.ndarray] = None, plots: bool = True) -> None:
         """Write summary.json (and plots); close the metrics file."""
         self._metrics.close()
@@ -81,6 +86,25 @@ class RunRecorder:
                     plot_churn(timeline, self.rows, self.out_dir / CHURN_PLOT, title)
             except Exception:  # a plot must never cost the results
                 logger.exception("plotting failed; the JSON results are complete")
+
+
+class MemoryRecorder:
+    """A :class:`RunRecorder` that keeps the run in memory (``fedflex.run`` without
+    ``out``): the rows as metrics.jsonl would hold them, the summary, the final model."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.summary: dict[str, Any] = {}
+        self.model: Optional[dict[str, np.ndarray]] = None
+
+    def log_round(self, row: dict[str, Any]) -> None:
+        self.rows.append(json.loads(json.dumps(_clean(row))))  # exactly what the file would give back
+
+    def save_model(self, arrays: dict[str, np.ndarray]) -> None:
+        self.model = {k: np.array(v, copy=True) for k, v in arrays.items()}
+
+    def finish(self, summary: dict[str, Any], timeline: Optional[np.ndarray] = None, plots: bool = True) -> None:
+        self.summary = json.loads(json.dumps(_clean(summary)))
 
 
 def unusable_out_dir(out: Path, option: str = "--out") -> Optional[str]:

@@ -7,6 +7,7 @@ arrays)`` inside the round, then ``on_round(record)``, ``after_round(round)`` an
 - :class:`TestSetEvaluation`: the global model on the test set at the scenario's cadence
   (and on the online clients' labels when asked);
 - :class:`RowWriter`: the round's row into metrics.jsonl and the progress display;
+- :class:`Tracking`: the round's numbers to the experiment trackers (``output.trackers``);
 - :class:`StopRules`: divergence, a signal, a target accuracy; the first that fires ends
   the run and says what summary.json records about it;
 - :class:`Checkpointer`: the server state every ``checkpoint_every`` rounds, after the
@@ -29,6 +30,7 @@ from fedflex.config import ScenarioConfig
 from fedflex.data import ArrayDataset
 from fedflex.evaluation import evaluate
 from fedflex.results import rounds_to_accuracy, smoothed_rounds_to_accuracy
+from fedflex.tracking import Tracker, flatten, numeric, row_scalars
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +101,49 @@ class RowWriter:
         if self.recorder is not None:
             self.recorder.log_round(row)
         self.progress.update(row)
+
+
+class Tracking:
+    """``on_round``: every record's numeric fields to the experiment trackers
+    (:mod:`fedflex.tracking`); the flattened config when made, the summary's numbers at
+    :meth:`finish`. A tracker that fails during the run is logged and dropped: the run
+    and its files go on."""
+
+    def __init__(self, trackers: list[Tracker], config: dict[str, Any]) -> None:
+        self.trackers = list(trackers)
+        self.last_round = 0
+        params = flatten(config)
+        for tracker in self.trackers:
+            tracker.start(params)
+
+    def _each(self, call: Callable[[Tracker], None]) -> None:
+        for tracker in list(self.trackers):
+            try:
+                call(tracker)
+            except Exception:  # a tracker must never cost the run
+                logger.exception("tracker %s failed; the run goes on without it", type(tracker).__name__)
+                self.trackers.remove(tracker)
+
+    def __call__(self, record) -> None:
+        row = record.to_json()
+        self.last_round = max(self.last_round, int(row["round"]))
+        scalars = row_scalars(row)
+        self._each(lambda t: t.log(int(row["round"]), scalars))
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        values, status = numeric(summary), str(summary.get("status"))
+        self._each(lambda t: t.finish(values, status, self.last_round))
+
+
+class EachRound:
+    """``on_round`` calling several observers in turn (None: left out)."""
+
+    def __init__(self, *observers: Optional[Callable[[Any], None]]) -> None:
+        self.observers = [o for o in observers if o is not None]
+
+    def __call__(self, record) -> None:
+        for observer in self.observers:
+            observer(record)
 
 
 def divergence_cause(record, global_arrays) -> Optional[str]:

@@ -31,18 +31,21 @@ from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Result
 
+import fedflex
 from fedflex import keys
 from fedflex.arrays import numpy_to_record
 from fedflex.churn import make_availability
-from fedflex.config import ConfigError, ScenarioConfig, load_scenario, to_yaml
+from fedflex.config import ConfigError, ScenarioConfig, load_scenario, to_dict, to_yaml
 from fedflex.data import FederatedData, load_dataset
 from fedflex.models import build_model, output_bias_key
 from fedflex.partition import partition_data
 from fedflex.progress import Progress
 from fedflex.records import to_record
 from fedflex.results import RunRecorder, default_out_dir, summarize, transition_summary, unusable_out_dir
+from fedflex.runinfo import provenance, run_log
+from fedflex.tracking import open_trackers
 from strategies.build import ModelInfo, build_strategy
-from strategies.observers import Checkpointer, RowWriter, RunClock, StopRules, TestSetEvaluation
+from strategies.observers import Checkpointer, EachRound, RowWriter, RunClock, StopRules, TestSetEvaluation, Tracking
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +84,6 @@ def initial_model(cfg: ScenarioConfig, input_shape: tuple[int, ...], num_classes
 
 
 CHECKPOINT_FILE = "checkpoint.pkl"
-MODEL_FILE = "model.npz"
 
 
 class CheckpointError(RuntimeError):
@@ -146,6 +148,7 @@ def run_server(
     data: Optional[FederatedData] = None,
     resume: Optional[dict] = None,
     wrap_grid: Optional[Callable[[Grid, Callable[[int], Optional[int]]], Grid]] = None,
+    recorder: Optional[Any] = None,
 ) -> Result:
     """Run the scenario's rounds on ``grid``; write results to ``out_dir`` (if given).
 
@@ -153,7 +156,25 @@ def run_server(
     checkpoint (:func:`load_checkpoint`) to continue from; ``out_dir``'s metrics are kept
     up to its round. ``wrap_grid(grid, client_of)``: a Grid to use instead of ``grid``,
     given the node id -> client id lookup (the runner's cohort messages on Ray).
+    ``recorder``: where rows, summary and final model go when ``out_dir`` is None
+    (:class:`fedflex.results.MemoryRecorder`: the Python API's in-memory run). The run's
+    log lines are copied to ``out_dir/run.log`` while it runs.
     """
+    action = "resuming" if resume is not None else "starting"
+    first_line = f"fedflex {fedflex.__version__}: {action} {cfg.name} (seed {cfg.seed}, {cfg.rounds} rounds)"
+    with run_log(out_dir, first_line):
+        return _run_server(grid, cfg, out_dir, data, resume, wrap_grid, recorder)
+
+
+def _run_server(
+    grid: Grid,
+    cfg: ScenarioConfig,
+    out_dir: Optional[Path],
+    data: Optional[FederatedData],
+    resume: Optional[dict],
+    wrap_grid: Optional[Callable[[Grid, Callable[[int], Optional[int]]], Grid]],
+    recorder: Optional[Any],
+) -> Result:
     clock = RunClock(resume.get("run_wall_s", 0.0) if resume is not None else 0.0)
     if type(grid).__name__ == "InMemoryGrid":
         # Flower's simulation grid polls for replies every 0.1 s; a round of small models
@@ -174,10 +195,15 @@ def run_server(
         strategy.load_state_dict(resume["strategy"])
         initial = numpy_to_record(strategy.global_arrays)
         first_round = int(resume["round"]) + 1
-    recorder = None
+    tracking = None
     if out_dir is not None:
         saved = _with_trace_copy(cfg, Path(out_dir))
         recorder = RunRecorder(out_dir, to_yaml(saved), keep_until=first_round - 1 if resume is not None else None)
+        if cfg.output.trackers:
+            tracking = Tracking(open_trackers(cfg.output.trackers, Path(out_dir), cfg.name), to_dict(saved))
+    elif cfg.output.trackers:
+        logger.warning("output.trackers %s: no results directory, so no tracking", list(cfg.output.trackers))
+    info = provenance(cfg.client.device) if recorder is not None else None
     progress = Progress(cfg.rounds, cfg.output.progress, initial=first_round - 1)
     stops = StopRules(cfg, lambda: strategy.global_arrays)
     checkpoints = None
@@ -207,13 +233,13 @@ def run_server(
             timeout=cfg.deployment.round_timeout or cfg.simulation.timeout,
             train_config=train_config(cfg),
             evaluate_fn=TestSetEvaluation(cfg, model, data.test, partition.client_labels),
-            on_round=RowWriter(recorder, progress),
+            on_round=EachRound(RowWriter(recorder, progress), tracking),
             first_round=first_round,
             after_round=checkpoints,
             stop=stops,
         )
-        if out_dir is not None:
-            np.savez(Path(out_dir) / MODEL_FILE, **strategy.global_arrays)
+        if recorder is not None:
+            recorder.save_model(strategy.global_arrays)
         extra["status"] = "completed"  # unless a stop rule says otherwise (below)
         return result
     finally:
@@ -233,14 +259,14 @@ def run_server(
                     },
                     "run_wall_s": clock.total(),
                     "label_entropy_mean": float(np.mean(partition.entropies())),
+                    "provenance": info,
                 }
             )
             extra["transitions"] = transition_summary(recorder.rows, cfg.evaluation.transition_window)
-            recorder.finish(
-                summarize(recorder.rows, extra),
-                timeline=availability.timeline(cfg.rounds),
-                plots=cfg.output.plots,
-            )
+            summary = summarize(recorder.rows, extra)
+            recorder.finish(summary, timeline=availability.timeline(cfg.rounds), plots=cfg.output.plots)
+            if tracking is not None:
+                tracking.finish(summary)
 
 
 def make_server_app(
@@ -249,13 +275,14 @@ def make_server_app(
     data: Optional[FederatedData] = None,
     resume: Optional[dict] = None,
     wrap_grid: Optional[Callable[[Grid, Callable[[int], Optional[int]]], Grid]] = None,
+    recorder: Optional[Any] = None,
 ) -> ServerApp:
     """A ServerApp bound to a loaded scenario (used by the runner)."""
     server_app = ServerApp()
 
     @server_app.main()
     def _main(grid: Grid, context: Context) -> None:
-        run_server(grid, cfg, out_dir, data, resume=resume, wrap_grid=wrap_grid)
+        run_server(grid, cfg, out_dir, data, resume=resume, wrap_grid=wrap_grid, recorder=recorder)
 
     return server_app
 

@@ -6,6 +6,8 @@
 
     fedflex deploy check HOST:PORT [--root-certificates CA | --insecure]
 
+    fedflex --version
+
 A bad key or value exits with status 2 and one line naming the key; nothing is written.
 
 Exit status: 0 completed (or stopped at ``evaluation.stop_at_accuracy``); 1 missing data
@@ -29,10 +31,25 @@ EXIT_USAGE = 2
 EXIT_DIVERGED = 3
 
 
+class _Version(argparse.Action):
+    """``--version``: fedflex's version (and git commit in a checkout), asked for only
+    when the option is given."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from fedflex.runinfo import version_line
+
+        print(version_line())
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fedflex", description="fedflex: composable Flower strategies for federations whose clients come and go."
     )
+    parser.add_argument("--version", action=_Version, help="show fedflex's version (and git commit) and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a scenario in simulation (Flower + Ray)")
     run.add_argument("scenario", nargs="?", help="scenario YAML file (not with --resume)")

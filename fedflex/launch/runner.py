@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from fedflex.config import ScenarioConfig
 from fedflex.data import load_dataset
@@ -103,9 +103,16 @@ def quiet_flower(verbose: bool) -> None:
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
 
-def run(cfg: ScenarioConfig, out_dir: Optional[Path], verbose: bool = False, resume: Optional[dict] = None) -> None:
+def run(
+    cfg: ScenarioConfig,
+    out_dir: Optional[Path],
+    verbose: bool = False,
+    resume: Optional[dict] = None,
+    recorder: Optional[Any] = None,
+) -> None:
     """Run ``cfg`` in simulation, writing the results contract to ``out_dir``; ``resume``:
-    a checkpoint of that directory to continue from."""
+    a checkpoint of that directory to continue from; ``recorder``: where the results go
+    when ``out_dir`` is None (:class:`fedflex.results.MemoryRecorder`)."""
     from flwr.simulation import run_simulation
 
     from clients.client_app import app as client_app
@@ -121,14 +128,16 @@ def run(cfg: ScenarioConfig, out_dir: Optional[Path], verbose: bool = False, res
         cohorts = CohortTrainer(cfg.simulation.vectorize, cfg.simulation.cohort_size)
         logging.getLogger("clients.cohort_app").setLevel(logging.INFO)  # say how clients train
         grid = LocalGrid(client_app, cfg.num_clients, seed=cfg.seed, train_batch=cohorts)
-        run_server(grid, cfg, out_dir, data, resume=resume)
+        run_server(grid, cfg, out_dir, data, resume=resume, recorder=recorder)
         return
     cpus = gpus = None
     if cfg.simulation.ray_address:
         cpus, gpus = attach_ray(cfg.simulation.ray_address)
     workers = ray_workers(cfg, cpus, gpus)
     run_simulation(
-        server_app=make_server_app(cfg, out_dir, data=data, resume=resume, wrap_grid=cohort_grid(cfg, workers)),
+        server_app=make_server_app(
+            cfg, out_dir, data=data, resume=resume, wrap_grid=cohort_grid(cfg, workers), recorder=recorder
+        ),
         client_app=client_app,
         num_supernodes=cfg.num_clients,
         backend_name=cfg.simulation.backend,

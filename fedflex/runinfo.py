@@ -1,0 +1,127 @@
+"""What a run directory says about the run beyond its results: ``run.log`` (the run's log
+lines) and the provenance recorded in ``summary.json`` (which fedflex, Flower, torch,
+NumPy and Python produced it, on which device)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import fedflex
+
+logger = logging.getLogger(__name__)
+
+RUN_LOG = "run.log"
+# the loggers of a run: fedflex's packages and Flower's
+RUN_LOGGERS = ("fedflex", "strategies", "clients", "flwr")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+GIT_TIMEOUT_S = 3.0
+
+
+def checkout() -> Optional[Path]:
+    """The git checkout fedflex is imported from (None when installed from a wheel)."""
+    root = Path(fedflex.__file__).resolve().parent.parent
+    return root if (root / ".git").exists() else None  # a worktree has a .git file
+
+
+def git_commit(root: Optional[Path] = None) -> Optional[dict[str, Any]]:
+    """``{"commit": sha, "dirty": bool}`` of the checkout (tracked files changed or not),
+    or None: no checkout, no git, or git too slow."""
+    root = root if root is not None else checkout()
+    if root is None:
+        return None
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=GIT_TIMEOUT_S
+        )
+        status = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if head.returncode != 0 or status.returncode != 0:
+        return None
+    return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def _version(distribution: str) -> Optional[str]:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def device_name(client_device: str = "auto") -> str:
+    """``cpu``, or ``cuda (<GPU name>)`` when ``client.device`` lets the run use a GPU
+    and this machine has one."""
+    import torch
+
+    if client_device != "cpu" and torch.cuda.is_available():
+        return f"cuda ({torch.cuda.get_device_name(0)})"
+    return "cpu"
+
+
+def provenance(client_device: str = "auto") -> dict[str, Any]:
+    """What produced a run: versions, the git commit when run from a checkout, the device
+    of this machine (in simulation the clients' too; in a deployment the server's)."""
+    import numpy
+    import torch
+
+    info: dict[str, Any] = {"fedflex": fedflex.__version__}
+    git = git_commit()
+    if git is not None:
+        info["git_commit"], info["git_dirty"] = git["commit"], git["dirty"]
+    info.update(
+        {
+            "flwr": _version("flwr"),
+            "torch": torch.__version__,
+            "numpy": numpy.__version__,
+            "python": platform.python_version(),
+            "device": device_name(client_device),
+        }
+    )
+    return info
+
+
+def version_line() -> str:
+    """``fedflex 0.1.0`` (and the commit when run from a checkout): ``fedflex --version``."""
+    line = f"fedflex {fedflex.__version__}"
+    git = git_commit()
+    if git is not None:
+        line += f" (git {git['commit'][:12]}{', uncommitted changes' if git['dirty'] else ''})"
+    return line
+
+
+@contextlib.contextmanager
+def run_log(out_dir: Optional[Path], first_line: str = "") -> Iterator[None]:
+    """Copy the run's log lines to ``out_dir/run.log`` (appended: a resumed run continues
+    the file) while the block runs: a FileHandler on fedflex's and Flower's loggers,
+    removed after. The file holds what those loggers pass at their levels, i.e. what the
+    console shows (warnings; with ``--verbose`` also INFO). ``first_line``: written first
+    (to the file only). ``out_dir`` None: nothing."""
+    if out_dir is None:
+        yield
+        return
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(Path(out_dir) / RUN_LOG, mode="a", encoding="utf-8")
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    if first_line:
+        record = {"name": __name__, "levelno": logging.INFO, "levelname": "INFO", "msg": first_line}
+        handler.handle(logging.makeLogRecord(record))
+    loggers = [logging.getLogger(name) for name in RUN_LOGGERS]
+    for lg in loggers:
+        lg.addHandler(handler)
+    try:
+        yield
+    finally:
+        for lg in loggers:
+            lg.removeHandler(handler)
+        handler.close()
