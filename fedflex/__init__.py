@@ -1,3 +1,45 @@
-"""fedflex: composable Flower strategies for federations whose clients come and go."""
+"""fedflex: composable Flower strategies for federations whose clients come and go.
+
+As a library::
+
+    import fedflex
+
+    run = fedflex.run("scenarios/quickstart.yaml", ["rounds=5"])  # in memory
+    run.rows, run.summary, run.model
+    fedflex.load_run("runs/quickstart-20260101-120000")
+
+The names below are loaded on first use: ``import fedflex`` (and the ``fedflex``
+command's start) stays light, with no torch, Flower or strategy import.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "run": "fedflex.launch.api",
+    "load_run": "fedflex.launch.api",
+    "Run": "fedflex.launch.api",
+    "ScenarioConfig": "fedflex.config",
+    "ConfigError": "fedflex.config",
+    "load_scenario": "fedflex.config",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fedflex' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
