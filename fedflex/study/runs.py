@@ -94,6 +94,13 @@ def is_finished(run_dir: Path) -> bool:
     return run_state(run_dir) in FINISHED
 
 
+def is_completed(run_dir: Path) -> bool:
+    """True when ``run_dir`` holds a run whose summary says ``completed`` (every round,
+    or stopped at its target): a result to report, unlike an interrupted, failed or
+    diverged run."""
+    return run_state(run_dir) == "completed"
+
+
 def has_checkpoint(run_dir: Path) -> bool:
     """Whether ``run_dir`` holds a checkpoint (``checkpoint.*``) to resume from."""
     return any(Path(run_dir).glob("checkpoint.*"))

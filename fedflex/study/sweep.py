@@ -499,7 +499,7 @@ class SweepRunner:
         finished, 1 when one failed, 128 + N when stopped by signal N."""
         sweep = self.sweep
         sweep.out.mkdir(parents=True, exist_ok=True)
-        with open(sweep.out / LOCK_FILE, "w") as lock:
+        with open(sweep.out / LOCK_FILE, "a") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
