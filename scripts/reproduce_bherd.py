@@ -20,8 +20,10 @@ odd ones; 3 = digits 0-4 IID over clients 0-2, digits {5,6,7} and {8,9} on clien
         [--cases 1 2 2b] [--models svm cnn] [--alphas 0.1 0.3 0.5 0.7 1.0] [--target 0.95]
         [--dataset fmnist|mnist] [--extensions] [--jobs 1] [--baselines FedAvg GraB-FedAvg] [extra.key=value ...]
 
-Finished runs (a summary.json in their directory) are reused, so an interrupted
-reproduction continues where it stopped; change ``--out`` when changing ``--rounds``.
+Completed runs (``"status": "completed"`` in their summary.json,
+:func:`fedflex.study.runs.is_completed`, as ``fedflex sweep`` reads it) are reused; an
+interrupted, failed or killed run is started again, so an interrupted reproduction
+continues where it stopped; change ``--out`` when changing ``--rounds``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,6 +40,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from fedflex.study.runs import is_completed  # noqa: E402
 
 MODELS = ("svm", "cnn")
 DIGIT_GROUPS = "partition.label_groups=[[0,5],[1,6],[2,7],[3,8],[4,9]]"
@@ -85,13 +90,11 @@ def methods(
 
 
 def run_one(scenario: Path, out: Path, overrides: list[str]) -> Path:
-    """One ``fedflex run`` (skipped when ``out`` holds a finished run)."""
-    if (out / "summary.json").is_file():
+    """One ``fedflex run`` (skipped when ``out`` holds a completed run)."""
+    if is_completed(out):
         return out
-    if out.exists():  # an interrupted run: start it again
-        for p in sorted(out.iterdir()):
-            p.unlink()
-        out.rmdir()
+    if out.exists():  # an interrupted, failed or killed run: start it again
+        shutil.rmtree(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable,

@@ -21,8 +21,10 @@ polynomially (power 0.9) over each 50-round session to 0.6 x 0.001, restarting a
 session start (their lr_poly.json entry for MNIST / FedAvg; the FMNIST entry is not
 published).
 
-Finished runs (a summary.json in their directory) are reused, so an interrupted
-reproduction continues where it stopped.
+Completed runs (``"status": "completed"`` in their summary.json,
+:func:`fedflex.study.runs.is_completed`, as ``fedflex sweep`` reads it) are reused; an
+interrupted, failed or killed run is started again, so an interrupted reproduction
+continues where it stopped.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,6 +40,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fedflex.study.runs import is_completed  # noqa: E402
+
 SCENARIO = ROOT / "scenarios" / "session_init_fmnist.yaml"
 INITS = ("session-aware", "previous", "average")
 METHODS = {"fedavg": ["strategy.local_rule.name=sgd"], "scaffold": ["strategy.local_rule.name=scaffold"]}
@@ -57,12 +64,10 @@ PAPER = {
 
 
 def run_one(out: Path, overrides: list[str]) -> Path:
-    if (out / "summary.json").is_file():
+    if is_completed(out):
         return out
-    if out.exists():  # an interrupted run: start it again
-        for p in sorted(out.iterdir()):
-            p.unlink()
-        out.rmdir()
+    if out.exists():  # an interrupted, failed or killed run: start it again
+        shutil.rmtree(out)
     cmd = [
         sys.executable,
         "-m",

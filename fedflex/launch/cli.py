@@ -8,6 +8,21 @@
 
     fedflex --version
 
+    fedflex sweep SCENARIO.yaml [dotted.key=value ...] --grid KEY=V1,V2 [--grid ...] [--seeds 0,1,2]
+                  --out DIR [--jobs N]
+    fedflex sweep scenarios/studies/NAME.yaml [--out DIR] [--jobs N]
+
+    fedflex compare DIR... [--by KEY ...] [--target ACC] [--metric NAME ...] [--out DIR]
+                  [--include-incomplete]
+
+``sweep`` runs one ``fedflex run`` per grid point and seed into ``DIR/<key>=<value>,...,seed=<s>/``
+(``--jobs N`` at a time, each on its share of the CPUs) and indexes them in ``DIR/sweep.json``;
+run again, it keeps finished runs, resumes interrupted ones and reruns failed ones. Exit status
+0 when every run finished (completed or diverged), 1 when one failed, 128 + N on signal N.
+``compare`` groups runs by the config keys in which they differ (seed aside) or ``--by``, and
+writes ``compare.md``, ``compare.csv`` and seed-banded curves (default ``DIR/compare/``);
+see :mod:`fedflex.study`.
+
 A bad key or value exits with status 2 and one line naming the key; nothing is written.
 
 Exit status: 0 completed (or stopped at ``evaluation.stop_at_accuracy``); 1 missing data
@@ -67,6 +82,10 @@ def _parser() -> argparse.ArgumentParser:
         "check", help="can a SuperNode with these flags talk to the SuperLink at HOST:PORT (TLS or plain HTTP)?"
     )
     add_check_arguments(check)
+    from fedflex.launch.study_cli import add_compare_arguments, add_sweep_arguments
+
+    add_sweep_arguments(sub.add_parser("sweep", help="run a scenario over a grid of overrides and seeds"))
+    add_compare_arguments(sub.add_parser("compare", help="tables and seed-banded curves over groups of runs"))
     return parser
 
 
@@ -79,7 +98,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = _parser()
     args, rest = parser.parse_known_args(argv)  # overrides may also follow --out
     unknown = [r for r in rest if r.startswith("-")]
-    takes_overrides = args.command == "run" or (args.command == "deploy" and args.where == "local")
+    takes_overrides = args.command in ("run", "sweep") or (args.command == "deploy" and args.where == "local")
     if unknown or (rest and not takes_overrides):
         parser.error("unrecognized arguments: " + " ".join(unknown or rest))
     if rest:
@@ -94,6 +113,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from fedflex.launch.deploy import deploy_check, deploy_local
 
         return deploy_check(args) if args.where == "check" else deploy_local(args)
+    if args.command in ("sweep", "compare"):
+        from fedflex.launch.study_cli import compare_command, sweep_command
+
+        return sweep_command(args) if args.command == "sweep" else compare_command(args)
     return _fail(f"unknown command {args.command}")
 
 

@@ -19,11 +19,19 @@ from fedflex.data import load_dataset
 logger = logging.getLogger(__name__)
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity: ``taskset``, or a ``fedflex sweep``
+    member's share), which bound the Ray pool it starts."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 def backend_config(cfg: ScenarioConfig) -> dict:
     """Ray backend settings: resources per virtual client, a quiet Ray."""
     resources = {"num_cpus": cfg.simulation.num_cpus, "num_gpus": cfg.simulation.num_gpus}
     init_args = {
-        "num_cpus": os.cpu_count() or 1,
+        "num_cpus": usable_cpus(),
         "include_dashboard": False,
         "logging_level": logging.ERROR,
         "log_to_driver": False,
@@ -39,7 +47,7 @@ def ray_workers(cfg: ScenarioConfig, cpus: Optional[float] = None, gpus: Optiona
     """How many virtual clients the Ray pool runs at once: CPUs / num_cpus, and GPUs /
     num_gpus when clients ask for GPUs (this machine's, or the attached cluster's)."""
     if cpus is None:
-        cpus = os.cpu_count() or 1
+        cpus = usable_cpus()
     workers = int(cpus // cfg.simulation.num_cpus)
     if cfg.simulation.num_gpus > 0:
         if gpus is None:

@@ -6,7 +6,7 @@ import pytest
 
 from fedflex.config import ConfigError, ScenarioConfig, load_scenario, to_yaml
 
-SCENARIOS = sorted((Path(__file__).parents[2] / "scenarios").rglob("*.yaml"))
+SCENARIOS = sorted(p for p in (Path(__file__).parents[2] / "scenarios").rglob("*.yaml") if "studies" not in p.parts)
 
 
 def test_defaults_load_without_a_file():

@@ -1,0 +1,123 @@
+"""``fedflex sweep`` and ``fedflex compare`` on the command line (:mod:`fedflex.study`).
+
+fedflex sweep SCENARIO.yaml [dotted.key=value ...] --grid KEY=V1,V2 [--grid ...]
+              [--seeds 0,1,2] --out DIR [--jobs N]
+fedflex sweep scenarios/studies/NAME.yaml [dotted.key=value ...] [--grid ...] [--seeds ...]
+              [--out DIR] [--jobs N]
+fedflex compare DIR... [--by KEY ...] [--target ACC] [--metric NAME ...] [--out DIR]
+              [--include-incomplete] [--smooth W] [--smooth-order P]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fedflex.config import ConfigError, load_scenario
+from fedflex.study.runs import StudyError
+
+EXIT_USAGE = 2
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", help="scenario YAML file, or a study file (scenario:, overrides:, grid:, seeds:)")
+    parser.add_argument("overrides", nargs="*", help="OmegaConf dotlist overrides for every run")
+    parser.add_argument(
+        "--grid", action="append", default=[], metavar="KEY=V1,V2", help="a grid axis (repeat for more axes)"
+    )
+    parser.add_argument("--seeds", help="seeds, e.g. 0,1,2 (default: the study file's, else the scenario's seed)")
+    parser.add_argument("--out", help="sweep directory (default for a study file: runs/<study name>)")
+    parser.add_argument("--jobs", type=int, help="runs at a time, each on its share of the CPUs (default 1)")
+
+
+def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dirs", nargs="+", metavar="DIR", help="run directories or directories holding runs")
+    parser.add_argument(
+        "--by",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="group by this config key (repeat; default: the keys in which the runs' config.yaml differ, seed aside)",
+    )
+    parser.add_argument("--target", type=float, help="report rounds to this test accuracy (raw and smoothed)")
+    parser.add_argument(
+        "--metric", action="append", default=[], metavar="NAME", help="also plot this metrics.jsonl field (repeat)"
+    )
+    parser.add_argument("--out", help="where compare.md, compare.csv and the plots go (default: DIR/compare)")
+    parser.add_argument("--include-incomplete", action="store_true", help="keep runs that did not complete")
+    parser.add_argument("--smooth", type=int, default=13, metavar="W", help="Savitzky-Golay window (odd; default 13)")
+    parser.add_argument("--smooth-order", type=int, default=3, metavar="P", help="its polynomial order (default 3)")
+
+
+def _fail(message: str) -> int:
+    print(f"fedflex: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    """``fedflex sweep``: plan (every member's config checked), then run what is left."""
+    from fedflex.study import sweep as sw
+
+    try:
+        if sw.is_study_file(Path(args.scenario)):
+            study = sw.read_study(Path(args.scenario))
+            scenario = study["scenario"]
+            overrides = [*study["overrides"], *args.overrides]
+            grid = {**study["grid"], **sw.parse_grid(args.grid)}
+            seeds = sw.parse_seeds(args.seeds) if args.seeds else study["seeds"]
+            out = args.out or study["out"] or str(Path("runs") / Path(args.scenario).stem)
+            jobs = args.jobs or study["jobs"] or 1
+        else:
+            if not args.out:
+                return _fail("sweep needs --out DIR (a later sweep into it keeps what finished)")
+            scenario, overrides, out, jobs = args.scenario, list(args.overrides), args.out, args.jobs or 1
+            grid = sw.parse_grid(args.grid)
+            seeds = sw.parse_seeds(args.seeds) if args.seeds else None
+        sweep = sw.plan(Path(scenario), overrides, grid, seeds, Path(out), jobs)
+        from strategies.build import check_parts  # the CLI wires both sides
+
+        for member in sweep.members:
+            try:
+                check_parts(load_scenario(sweep.scenario, [*sweep.overrides, *member.overrides]))
+            except ConfigError as exc:
+                raise ConfigError(exc.key, exc.value, f"{exc.allowed} (in sweep member {member.name})") from None
+        sw.check_existing(sweep)
+    except ConfigError as exc:
+        return _fail(f"config error: {exc}")
+    except StudyError as exc:
+        return _fail(str(exc))
+    print(f"sweep: {sw.describe(sweep)}", flush=True)
+    try:
+        code = sw.SweepRunner(sweep, say=lambda line: print(line, flush=True)).run()
+    except StudyError as exc:
+        return _fail(str(exc))
+    print(f"sweep: index in {sweep.out / sw.INDEX_FILE}; compare with: fedflex compare {sweep.out}", file=sys.stderr)
+    return code
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    """``fedflex compare``: the Markdown table on stdout, files in ``--out``."""
+    from fedflex.study.compare import write_comparison
+
+    if args.out:
+        out = Path(args.out)
+    elif len(args.dirs) == 1:
+        out = Path(args.dirs[0]) / "compare"
+    else:
+        return _fail("compare of several directories: say where the tables and plots go with --out DIR")
+    if args.target is not None and not 0 < args.target <= 1:
+        return _fail(f"--target {args.target}: a test accuracy in (0, 1]")
+    if args.smooth < 3 or args.smooth % 2 == 0 or not 0 <= args.smooth_order < args.smooth:
+        return _fail(f"--smooth {args.smooth} --smooth-order {args.smooth_order}: an odd window >= 3 above the order")
+    by = [k for item in args.by for k in item.split(",") if k]
+    metrics = [m for item in args.metric for m in item.split(",") if m]
+    try:
+        text, written = write_comparison(
+            args.dirs, out, by or None, args.target, metrics, args.include_incomplete, args.smooth, args.smooth_order
+        )
+    except StudyError as exc:
+        return _fail(str(exc))
+    print(text, end="")
+    print(f"written: {', '.join(str(p) for p in written)}", file=sys.stderr)
+    return 0

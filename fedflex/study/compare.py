@@ -1,0 +1,430 @@
+"""``fedflex compare``: tables and seed-banded curves over groups of runs.
+
+Runs are found under the given directories (a run directory holds ``config.yaml`` and
+``metrics.jsonl``; folders whose name starts with ``.`` are skipped). They are grouped by
+the config keys whose values differ between them, leaving out the seed and the keys that
+only say how a run executes (:data:`fedflex.study.runs.EXECUTION_KEYS`), or by the keys
+given. Per group and over its runs (its seeds): n; final, best and last-10%-of-rounds
+mean test accuracy, e-LUDD (FedAWARE's mean e-LUD, :func:`fedflex.results.summarize`) and
+wall time, each as mean, sample standard deviation (ddof = 1) and the 95% Student-t
+interval of the mean (``scipy.stats.t``); rounds to a target accuracy on the raw and on the
+Savitzky-Golay-smoothed curve (:func:`fedflex.results.rounds_to_accuracy`,
+:func:`fedflex.results.smoothed_rounds_to_accuracy`), as mean and std over the runs that
+reach it. Runs that did not complete, or ran another number of rounds than the rest of
+their group, are listed and left out unless ``include_incomplete``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+import numpy as np
+
+from fedflex.results import read_metrics, rounds_to_accuracy, smoothed_rounds_to_accuracy, summarize
+from fedflex.study.runs import StudyError, flatten, is_execution_key, is_run_dir, read_summary, run_state
+
+#: config keys that name the seed (grouping leaves them out)
+SEED_KEYS = ("seed",)
+TABLE_FILE = "compare.md"
+CSV_FILE = "compare.csv"
+#: HiCS-FL's plots smooth with a window of 13 and order 3
+SMOOTH_WINDOW = 13
+SMOOTH_ORDER = 3
+CONFIDENCE = 0.95
+STATS = ("final_accuracy", "best_accuracy", "last10_accuracy", "e_ludd", "wall_s")
+
+
+@dataclasses.dataclass
+class Run:
+    """One run directory, read."""
+
+    path: Path
+    config: dict[str, Any]  # flat: dotted key -> value
+    rows: list[dict[str, Any]]  # training rounds only
+    summary: Optional[dict[str, Any]]
+    state: str
+
+    @property
+    def stopped_early(self) -> bool:
+        return bool((self.summary or {}).get("stopped_early"))
+
+
+@dataclasses.dataclass
+class Study:
+    """Groups of runs and the runs left out."""
+
+    keys: list[str]
+    groups: list[tuple[str, dict[str, Any], list[Run]]]  # label, key values, included runs
+    excluded: list[tuple[Run, str]]  # run, why
+
+
+def find_runs(paths: Iterable[Path]) -> list[Path]:
+    """Run directories at or under ``paths`` (sorted; ``.``-folders skipped).
+
+    Raises
+    ------
+    StudyError
+        For a path that does not exist or holds no run.
+    """
+    found: list[Path] = []
+    for path in map(Path, paths):
+        if not path.is_dir():
+            raise StudyError(f"{path}: no such directory")
+        if is_run_dir(path):
+            found.append(path)
+            continue
+        here = sorted(
+            p.parent
+            for p in path.rglob("config.yaml")
+            if is_run_dir(p.parent) and not any(part.startswith(".") for part in p.parent.relative_to(path).parts)
+        )
+        if not here:
+            raise StudyError(f"{path}: no run directory (config.yaml and metrics.jsonl) in it or under it")
+        found += here
+    return list(dict.fromkeys(found))
+
+
+def load_run(path: Path) -> Run:
+    """A run directory's flat config, training rows, summary and state."""
+    import yaml
+
+    try:
+        config = yaml.safe_load((Path(path) / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise StudyError(f"{path}/config.yaml cannot be read ({exc})") from None
+    try:
+        rows = read_metrics(path)
+    except (OSError, ValueError) as exc:
+        raise StudyError(f"{path}/metrics.jsonl cannot be read ({exc})") from None
+    rows = [r for r in rows if r.get("phase", "train") == "train"]
+    return Run(
+        Path(path), flatten(config if isinstance(config, dict) else {}), rows, read_summary(path), run_state(path)
+    )
+
+
+def _key_text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def differing_keys(runs: Sequence[Run]) -> list[str]:
+    """Config keys whose values differ between ``runs`` (seed and execution keys aside)."""
+    keys = sorted({k for r in runs for k in r.config})
+    return [
+        k
+        for k in keys
+        if k not in SEED_KEYS and not is_execution_key(k) and len({_key_text(r.config.get(k)) for r in runs}) > 1
+    ]
+
+
+def _sort_key(values: tuple[Any, ...]) -> tuple:
+    return tuple(
+        (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, _plain(v)) for v in values
+    )
+
+
+def group_runs(runs: Sequence[Run], by: Optional[Sequence[str]] = None, include_incomplete: bool = False) -> Study:
+    """Group ``runs`` by ``by`` (default: :func:`differing_keys`), leaving out runs that did
+    not complete or ran another number of rounds than their group (unless
+    ``include_incomplete``)."""
+    if by:
+        known = {k for r in runs for k in r.config}
+        for key in by:
+            if key not in known:
+                raise StudyError(f"--by {key}: no run's config.yaml has this key")
+        keys = list(by)
+    else:
+        keys = differing_keys(runs)
+    buckets: dict[tuple, list[Run]] = {}
+    for run in runs:
+        buckets.setdefault(tuple(_key_text(run.config.get(k)) for k in keys), []).append(run)
+    groups, excluded = [], []
+    for members in buckets.values():
+        values = {k: members[0].config.get(k) for k in keys}
+        complete = [r for r in members if r.state == "completed" and not r.stopped_early]
+        counts = Counter(len(r.rows) for r in complete)
+        expected = max(counts, key=lambda n: (counts[n], n)) if counts else None
+        kept = []
+        for run in members:
+            why = _why_left_out(run, expected)
+            if why is None or include_incomplete:
+                kept.append(run)
+            else:
+                excluded.append((run, why))
+        if not kept:
+            continue
+        if keys:
+            label = ", ".join(f"{k}={_plain(v)}" for k, v in values.items())
+        else:
+            label = str(members[0].config.get("name", "all runs"))
+        groups.append((label, values, kept))
+    groups.sort(key=lambda g: _sort_key(tuple(g[1].values())))
+    return Study(keys, groups, excluded)
+
+
+def _why_left_out(run: Run, expected: Optional[int]) -> Optional[str]:
+    if run.state != "completed":
+        planned = run.config.get("rounds")
+        done = (run.summary or {}).get("last_round", run.rows[-1]["round"] if run.rows else 0)
+        what = {"incomplete": "no summary.json (killed, or still running)"}.get(run.state, run.state)
+        return f"{what} after round {done} of {planned}"
+    if not run.stopped_early and expected is not None and len(run.rows) != expected:
+        return f"{len(run.rows)} rounds, its group has {expected}"
+    return None
+
+
+# ---------------------------------------------------------------------------- figures
+def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> dict[str, Optional[float]]:
+    """Mean, sample std (ddof = 1) and the Student-t interval of the mean; std and the
+    interval are None for fewer than two values, everything None for none."""
+    from scipy import stats
+
+    x = np.asarray([v for v in values if v is not None], dtype=np.float64)
+    if x.size == 0:
+        return {"mean": None, "std": None, "ci_low": None, "ci_high": None}
+    mean = float(x.mean())
+    if x.size < 2:
+        return {"mean": mean, "std": None, "ci_low": None, "ci_high": None}
+    std = float(x.std(ddof=1))
+    half = float(stats.t.ppf((1 + confidence) / 2, x.size - 1)) * std / math.sqrt(x.size)
+    return {"mean": mean, "std": std, "ci_low": mean - half, "ci_high": mean + half}
+
+
+def last_fraction_accuracy(rows: Sequence[dict[str, Any]], fraction: float = 0.1) -> Optional[float]:
+    """Mean test accuracy over the last ``fraction`` of a run's rounds (at least one round;
+    the evaluated ones among them)."""
+    if not rows:
+        return None
+    k = max(1, math.ceil(fraction * len(rows)))
+    accs = [r["test_accuracy"] for r in rows[-k:] if r.get("test_accuracy") is not None]
+    return float(np.mean(accs)) if accs else None
+
+
+def run_figures(
+    run: Run, target: Optional[float], window: int = SMOOTH_WINDOW, order: int = SMOOTH_ORDER
+) -> dict[str, Any]:
+    """One run's figures (the per-seed values a group's statistics are over)."""
+    headline = summarize(run.rows)
+    wall = (run.summary or {}).get("run_wall_s")
+    figures: dict[str, Any] = {
+        "final_accuracy": headline["final_test_accuracy"],
+        "best_accuracy": headline["best_test_accuracy"],
+        "last10_accuracy": last_fraction_accuracy(run.rows),
+        "e_ludd": headline.get("e_ludd"),
+        "wall_s": float(wall) if wall is not None else headline["total_wall_s"],
+    }
+    if target is not None:
+        figures["rounds_to_target"] = rounds_to_accuracy(run.rows, target)
+        figures["rounds_to_target_smoothed"] = smoothed_rounds_to_accuracy(
+            run.rows, target, window, order, final_only=run.stopped_early or run.state != "completed"
+        )
+    return figures
+
+
+def table(
+    study: Study, target: Optional[float] = None, window: int = SMOOTH_WINDOW, order: int = SMOOTH_ORDER
+) -> list[dict[str, Any]]:
+    """One dict per group: ``group``, the key values, ``n``, ``seeds``, ``rounds``, and per
+    figure ``<name>_mean`` / ``_std`` / ``_ci_low`` / ``_ci_high``; with a target,
+    ``rounds_to_target[_smoothed]_mean`` / ``_std`` / ``_reached``."""
+    out = []
+    for label, values, runs in study.groups:
+        per_run = [run_figures(r, target, window, order) for r in runs]
+        row: dict[str, Any] = {"group": label, **values, "n": len(runs)}
+        row["seeds"] = [r.config.get("seed") for r in runs]
+        row["rounds"] = sorted({len(r.rows) for r in runs})
+        for name in STATS:
+            for stat, value in mean_interval([f[name] for f in per_run]).items():
+                row[f"{name}_{stat}"] = value
+        if target is not None:
+            for name in ("rounds_to_target", "rounds_to_target_smoothed"):
+                reached = [f[name] for f in per_run if f[name] is not None]
+                stats = mean_interval(reached)
+                row[f"{name}_mean"], row[f"{name}_std"] = stats["mean"], stats["std"]
+                row[f"{name}_reached"] = len(reached)
+        row["runs"] = [str(r.path) for r in runs]
+        out.append(row)
+    return out
+
+
+def compare(
+    dirs: Iterable[str | Path],
+    by: Optional[Sequence[str]] = None,
+    target: Optional[float] = None,
+    include_incomplete: bool = False,
+    window: int = SMOOTH_WINDOW,
+    order: int = SMOOTH_ORDER,
+) -> list[dict[str, Any]]:
+    """The comparison table of the runs in ``dirs`` as data (see :func:`table`)."""
+    study = group_runs([load_run(p) for p in find_runs(dirs)], by, include_incomplete)
+    return table(study, target, window, order)
+
+
+# ---------------------------------------------------------------------------- writing
+def _cell(row: dict[str, Any], name: str, digits: int = 4) -> str:
+    mean, std = row.get(f"{name}_mean"), row.get(f"{name}_std")
+    if mean is None:
+        return "-"
+    text = f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std is not None else "")
+    low, high = row.get(f"{name}_ci_low"), row.get(f"{name}_ci_high")
+    if low is not None:
+        text += f" [{low:.{digits}f}, {high:.{digits}f}]"
+    return text
+
+
+def _rounds_cell(row: dict[str, Any], name: str) -> str:
+    reached = row[f"{name}_reached"]
+    if not reached:
+        return f"- (0/{row['n']})"
+    std = row[f"{name}_std"]
+    return f"{row[f'{name}_mean']:.1f}" + (f" ± {std:.1f}" if std is not None else "") + f" ({reached}/{row['n']})"
+
+
+def markdown(rows: Sequence[dict[str, Any]], study: Study, target: Optional[float], window: int = SMOOTH_WINDOW) -> str:
+    """The table as Markdown, with the runs left out listed under it."""
+    head = ["group", "n", "final acc", "best acc", "last-10% acc"]
+    if target is not None:
+        head += [f"rounds to {target:g}", f"rounds to {target:g} (smoothed, w={window})"]
+    head += ["e-LUDD", "wall s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row["group"], str(row["n"])]
+        cells += [_cell(row, name) for name in ("final_accuracy", "best_accuracy", "last10_accuracy")]
+        if target is not None:
+            cells += [_rounds_cell(row, "rounds_to_target"), _rounds_cell(row, "rounds_to_target_smoothed")]
+        cells += [_cell(row, "e_ludd"), _cell(row, "wall_s", 1)]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines.append("")
+    lines.append(
+        f"Mean ± sample std over the runs (seeds) of each group, [{CONFIDENCE:.0%} Student-t interval of the mean]; "
+        "rounds to target: mean ± std over the runs that reach it (reached/n)."
+    )
+    if study.excluded:
+        lines += ["", "Left out (use --include-incomplete to keep them):", ""]
+        lines += [f"- {run.path}: {why}" for run, why in study.excluded]
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    """The table as CSV, one line per group (lists as JSON)."""
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in row.items()})
+
+
+def numeric_fields(runs: Iterable[Run]) -> list[str]:
+    """Fields of metrics.jsonl that hold numbers in some row of ``runs``."""
+    fields = set()
+    for run in runs:
+        for row in run.rows:
+            fields.update(
+                k for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "round"
+            )
+    return sorted(fields)
+
+
+def curve(runs: Sequence[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rounds, and per round the mean, min and max of ``metric`` over the runs that have it."""
+    per_round: dict[int, list[float]] = {}
+    for run in runs:
+        for row in run.rows:
+            value = row.get(metric)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                per_round.setdefault(int(row["round"]), []).append(float(value))
+    rounds = np.array(sorted(per_round), dtype=np.int64)
+    values = [per_round[r] for r in rounds]
+    return (
+        rounds,
+        np.array([np.mean(v) for v in values]),
+        np.array([np.min(v) for v in values]),
+        np.array([np.max(v) for v in values]),
+    )
+
+
+def plot(study: Study, metric: str, path: Path) -> None:
+    """One mean curve per group with a min-max band over its runs, ``metric`` per round."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    label = metric.replace("_", " ")
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, _, runs in study.groups:
+        rounds, mean, low, high = curve(runs, metric)
+        if rounds.size == 0:
+            continue
+        (line,) = ax.plot(rounds, mean, label=f"{name} (n={len(runs)})", marker="." if rounds.size < 40 else None)
+        if len(runs) > 1:
+            ax.fill_between(rounds, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    names = sorted({str(r.config.get("name")) for _, _, runs in study.groups for r in runs})
+    ax.set_title(f"{', '.join(names)}: {label} per round (line: mean over seeds; band: min-max)", fontsize=9)
+    ax.set_xlabel("round")
+    ax.set_ylabel(label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_comparison(
+    dirs: Sequence[str | Path],
+    out: Path,
+    by: Optional[Sequence[str]] = None,
+    target: Optional[float] = None,
+    metrics: Sequence[str] = (),
+    include_incomplete: bool = False,
+    window: int = SMOOTH_WINDOW,
+    order: int = SMOOTH_ORDER,
+) -> tuple[str, list[Path]]:
+    """Write ``compare.md``, ``compare.csv`` and one PNG per metric (test accuracy first)
+    into ``out``; returns the Markdown table and the files written.
+
+    Raises
+    ------
+    StudyError
+        When no run is left to compare, or a metric is not a numeric field of the runs.
+    """
+    study = group_runs([load_run(p) for p in find_runs(dirs)], by, include_incomplete)
+    if not study.groups:
+        listed = "; ".join(f"{r.path}: {why}" for r, why in study.excluded[:3])
+        raise StudyError(f"no completed run to compare ({listed}); --include-incomplete compares them anyway")
+    kept = [r for _, _, runs in study.groups for r in runs]
+    available = numeric_fields(kept)
+    wanted = list(dict.fromkeys(["test_accuracy", *metrics]))
+    for metric in wanted:
+        if metric not in available:
+            raise StudyError(
+                f"--metric {metric}: not a numeric field of metrics.jsonl; there are: {', '.join(available)}"
+            )
+    rows = table(study, target, window, order)
+    text = markdown(rows, study, target, window)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / TABLE_FILE, out / CSV_FILE]
+    written[0].write_text(text, encoding="utf-8")
+    write_csv(rows, written[1])
+    for metric in wanted:
+        path = out / f"{metric}.png"
+        plot(study, metric, path)
+        written.append(path)
+    return text, written

@@ -1,0 +1,566 @@
+"""``fedflex sweep``: one scenario over a grid of overrides and seeds, one ``fedflex run``
+per grid point and seed.
+
+Each member runs as its own ``python -m fedflex run`` process (the CLI's run path, with
+its exit status and ``summary.json``), in ``OUT/<key>=<value>,...,seed=<s>/``, with its
+output in ``OUT/logs/<name>.log``. ``jobs`` members run at a time, each bounded to its
+share of this process's CPUs: pinned to its own cores (Linux), ``OMP_NUM_THREADS`` and
+friends set to the share, and ``simulation.num_cpus`` lowered to it where the scenario
+asks for more. Invoked again on the same ``OUT``, a sweep keeps every member that
+finished (:data:`fedflex.study.runs.FINISHED`), resumes an interrupted or killed one
+from its checkpoint (``fedflex run --resume``), and runs a failed one (or one without a
+checkpoint) again from the start, after moving its directory to ``OUT/.replaced/``.
+``OUT/sweep.json`` indexes the sweep: scenario, overrides, grid, seeds, and per member
+its overrides, directory, status and exit code.
+
+A signal (Ctrl-C, SIGTERM, SIGHUP) starts no further member and is passed on once to
+the running ones, which stop at a round boundary with a checkpoint (``fedflex run``'s
+own handling); a second signal is passed on too (they exit at once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Sequence, TextIO
+
+from fedflex.config import ConfigError, _read_yaml, load_scenario, to_yaml
+from fedflex.study.runs import (
+    FINISHED,
+    RESUMABLE,
+    StudyError,
+    flatten,
+    has_checkpoint,
+    is_execution_key,
+    read_summary,
+    run_state,
+)
+
+logger = logging.getLogger(__name__)
+
+INDEX_FILE = "sweep.json"
+LOG_DIR = "logs"
+REPLACED_DIR = ".replaced"
+LOCK_FILE = ".sweep.lock"
+STUDY_KEYS = ("scenario", "overrides", "grid", "seeds", "out", "jobs")
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+_SAFE = re.compile(r"[^A-Za-z0-9._=,+-]")
+MAX_NAME = 200
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One run of a sweep: a grid point and a seed."""
+
+    name: str
+    point: tuple[tuple[str, str], ...]  # (key, value) of the grid point, seed last
+
+    @property
+    def overrides(self) -> list[str]:
+        return [f"{k}={v}" for k, v in self.point]
+
+
+@dataclasses.dataclass
+class Sweep:
+    """A planned sweep: ``scenario`` with ``overrides``, over ``grid`` x ``seeds`` into ``out``."""
+
+    scenario: Path
+    overrides: list[str]
+    grid: dict[str, list[str]]
+    seeds: list[int]
+    out: Path
+    jobs: int = 1
+    members: list[Member] = dataclasses.field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------- planning
+def split_values(text: str) -> list[str]:
+    """``v1,v2`` -> ``["v1", "v2"]``; commas inside brackets or quotes stay (``[1,2],[3]``)."""
+    values, depth, quote, current = [], 0, "", ""
+    for ch in text:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            values.append(current.strip())
+            current = ""
+            continue
+        current += ch
+    values.append(current.strip())
+    return values
+
+
+def parse_grid(items: Iterable[str]) -> dict[str, list[str]]:
+    """``["key=v1,v2", ...]`` -> ``{"key": ["v1", "v2"], ...}``."""
+    grid: dict[str, list[str]] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        values = split_values(text) if sep else []
+        if not key or not values or any(v == "" for v in values):
+            raise StudyError(f"--grid {item!r}: expected key=value1,value2,...")
+        grid[key] = values
+    return grid
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0,1,2`` -> ``[0, 1, 2]``."""
+    try:
+        seeds = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise StudyError(f"--seeds {text!r}: expected non-negative integers separated by commas") from None
+    if any(s < 0 for s in seeds):
+        raise StudyError(f"--seeds {text!r}: expected non-negative integers separated by commas")
+    return seeds
+
+
+def _value_text(value: Any) -> str:
+    """A YAML value as an OmegaConf dotlist value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def _flat_overrides(mapping: Any, prefix: str = "") -> list[str]:
+    if isinstance(mapping, dict):
+        out = []
+        for key, value in mapping.items():
+            out += (
+                _flat_overrides(value, f"{prefix}{key}.")
+                if isinstance(value, dict)
+                else [f"{prefix}{key}={_value_text(value)}"]
+            )
+        return out
+    raise StudyError(f"overrides: expected a list of key=value or a mapping, not {type(mapping).__name__}")
+
+
+def is_study_file(path: Path) -> bool:
+    """A study file (a mapping with ``scenario:``), as opposed to a scenario file."""
+    try:
+        data = _read_yaml(Path(path))
+    except ConfigError:
+        return False
+    return "scenario" in data
+
+
+def read_study(path: Path) -> dict[str, Any]:
+    """A study file's ``scenario`` (resolved against the file's folder), ``overrides``,
+    ``grid``, ``seeds`` and optional ``out`` / ``jobs``."""
+    path = Path(path)
+    data = _read_yaml(path)
+    unknown = sorted(set(data) - set(STUDY_KEYS))
+    if unknown:
+        raise StudyError(f"{path}: unknown key {unknown[0]!r}; a study file has: {', '.join(STUDY_KEYS)}")
+    if not isinstance(data.get("scenario"), str):
+        raise StudyError(f"{path}: scenario: expected the path of a scenario file")
+    study: dict[str, Any] = {"scenario": (path.parent / data["scenario"]).resolve()}
+    overrides = data.get("overrides") or []
+    study["overrides"] = [str(o) for o in overrides] if isinstance(overrides, list) else _flat_overrides(overrides)
+    grid = data.get("grid") or {}
+    if not isinstance(grid, dict):
+        raise StudyError(f"{path}: grid: expected a mapping of key: [values]")
+    study["grid"] = {str(k): [_value_text(v) for v in (vs if isinstance(vs, list) else [vs])] for k, vs in grid.items()}
+    seeds = data.get("seeds")
+    if seeds is not None:
+        seeds = seeds if isinstance(seeds, list) else [seeds]
+        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+            raise StudyError(f"{path}: seeds: expected non-negative integers")
+    study["seeds"] = seeds
+    study["out"] = data.get("out")
+    study["jobs"] = data.get("jobs")
+    return study
+
+
+def member_name(point: Sequence[tuple[str, str]]) -> str:
+    """The directory name of a grid point: ``key=value,...`` with characters other than
+    letters, digits and ``._=,+-`` replaced by ``_``; a long name is cut and ends in a
+    hash of the whole."""
+    text = ",".join(f"{k}={v}" for k, v in point)
+    safe = _SAFE.sub("_", text)
+    if safe.startswith("."):
+        safe = "_" + safe[1:]
+    if len(safe) > MAX_NAME:
+        safe = safe[: MAX_NAME - 11] + "-" + hashlib.sha1(text.encode()).hexdigest()[:10]
+    return safe
+
+
+def plan(
+    scenario: Path,
+    overrides: Sequence[str],
+    grid: dict[str, list[str]],
+    seeds: Optional[Sequence[int]],
+    out: Path,
+    jobs: int = 1,
+) -> Sweep:
+    """The members of a sweep, every one's config loaded and checked (nothing started).
+
+    Raises
+    ------
+    StudyError
+        For a grid over ``seed`` (use the seeds), no values, or two grid points with one
+        directory name.
+    ConfigError
+        For a bad key or value of any member (the message names the member).
+    """
+    if "seed" in grid:
+        raise StudyError("--grid seed=...: give the seeds with --seeds (or seeds: in a study file)")
+    if jobs < 1:
+        raise StudyError(f"--jobs {jobs}: must be >= 1")
+    base = load_scenario(scenario, overrides)
+    seeds = list(seeds) if seeds else [base.seed]
+    points: list[list[tuple[str, str]]] = [[]]
+    for key, values in grid.items():
+        points = [[*p, (key, v)] for p in points for v in values]
+    members = [Member(member_name([*p, ("seed", str(s))]), (*p, ("seed", str(s)))) for p in points for s in seeds]
+    names = [m.name for m in members]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise StudyError(f"two grid points share the directory name {twice[0]!r}: give distinct values")
+    sweep = Sweep(Path(scenario), list(overrides), dict(grid), seeds, Path(out), jobs, members)
+    for member in members:
+        try:
+            load_scenario(scenario, [*overrides, *member.overrides])
+        except ConfigError as exc:
+            raise ConfigError(exc.key, exc.value, f"{exc.allowed} (in sweep member {member.name})") from None
+    return sweep
+
+
+# ---------------------------------------------------------------------------- config identity
+def read_config(run_dir: Path) -> dict[str, Any]:
+    """A run's ``config.yaml`` as a flat ``{dotted.key: value}`` dict ({} when unreadable)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    return flatten(data) if isinstance(data, dict) else {}
+
+
+def config_difference(planned: dict[str, Any], saved: dict[str, Any]) -> Optional[str]:
+    """The first result key on which two flat configs differ (execution keys aside), as
+    ``key: saved vs planned``; None when they agree."""
+    for key in sorted(set(planned) | set(saved)):
+        if is_execution_key(key):
+            continue
+        if planned.get(key) != saved.get(key):
+            return f"{key}: {saved.get(key)!r} there, {planned.get(key)!r} planned"
+    return None
+
+
+def check_existing(sweep: Sweep) -> None:
+    """Refuse a sweep whose directory holds a member run of another configuration (a
+    changed scenario or override would otherwise reuse old results)."""
+    import yaml
+
+    for member in sweep.members:
+        run_dir = sweep.out / member.name
+        saved = read_config(run_dir)
+        if not saved:
+            continue
+        cfg = load_scenario(sweep.scenario, [*sweep.overrides, *member.overrides])
+        difference = config_difference(flatten(yaml.safe_load(to_yaml(cfg))), saved)
+        if difference:
+            raise StudyError(
+                f"{run_dir} holds a run of another configuration ({difference}): "
+                "sweep into another --out, or move that directory away"
+            )
+
+
+# ---------------------------------------------------------------------------- CPU shares
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def cpu_slots(jobs: int, cpus: Optional[Sequence[int]] = None) -> list[list[int]]:
+    """Disjoint CPU sets for ``jobs`` concurrent members (shared round-robin when there are
+    more jobs than CPUs)."""
+    cpus = list(cpus if cpus is not None else usable_cpus())
+    if jobs >= len(cpus):
+        return [[cpus[k % len(cpus)]] for k in range(jobs)]
+    share = len(cpus) // jobs
+    return [cpus[k * share : (k + 1) * share] for k in range(jobs)]
+
+
+def execution_overrides(sweep: Sweep, member: Member, share: int) -> list[str]:
+    """What the sweep adds to a member: plain progress lines (the log is a file), and
+    ``simulation.num_cpus`` lowered to the member's CPU share."""
+    extra = ["output.progress=lines"]
+    if sweep.jobs > 1:
+        cfg = load_scenario(sweep.scenario, [*sweep.overrides, *member.overrides])
+        if cfg.simulation.backend == "ray" and cfg.simulation.num_cpus > share:
+            extra.append(f"simulation.num_cpus={share}")
+    return extra
+
+
+# ---------------------------------------------------------------------------- running
+@dataclasses.dataclass
+class _Running:
+    member: Member
+    index: int
+    action: str  # run | resume | rerun
+    process: subprocess.Popen
+    slot: int
+    started: float
+    log: TextIO
+
+
+class SweepRunner:
+    """Runs a planned sweep's members as ``fedflex run`` processes (see the module)."""
+
+    def __init__(self, sweep: Sweep, say: Callable[[str], None] = print, python: str = sys.executable) -> None:
+        self.sweep = sweep
+        self.say = say
+        self.python = python
+        self.records: dict[str, dict[str, Any]] = {}
+        self.signal: Optional[int] = None
+        self._running: dict[int, _Running] = {}
+
+    # -- index
+    def _record(self, member: Member, **fields: Any) -> None:
+        entry = self.records.setdefault(
+            member.name,
+            {"name": member.name, "dir": str(self.sweep.out / member.name), "overrides": member.overrides},
+        )
+        entry.update(fields)
+
+    def write_index(self) -> None:
+        sweep = self.sweep
+        index = {
+            "scenario": str(sweep.scenario),
+            "overrides": sweep.overrides,
+            "grid": sweep.grid,
+            "seeds": sweep.seeds,
+            "jobs": sweep.jobs,
+            "updated": datetime.now().isoformat(timespec="seconds"),
+            "members": [self.records[m.name] for m in sweep.members if m.name in self.records],
+        }
+        path = sweep.out / INDEX_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(index, indent=2) + "\n")
+        os.replace(tmp, path)
+
+    # -- processes
+    def _env(self, cpus: list[int]) -> dict[str, str]:
+        root = str(Path(__file__).resolve().parents[2])  # the fedflex that runs this sweep
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([root, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
+        if self.sweep.jobs > 1:
+            env.update({var: str(len(cpus)) for var in THREAD_VARS})
+        return env
+
+    def _command(self, member: Member, action: str, share: int) -> list[str]:
+        run_dir = self.sweep.out / member.name
+        if action == "resume":
+            return [self.python, "-m", "fedflex", "run", "--resume", str(run_dir)]
+        return [
+            self.python,
+            "-m",
+            "fedflex",
+            "run",
+            str(self.sweep.scenario),
+            *self.sweep.overrides,
+            *member.overrides,
+            *execution_overrides(self.sweep, member, share),
+            "--out",
+            str(run_dir),
+        ]
+
+    def _start(self, member: Member, index: int, action: str, slot: int, cpus: list[int]) -> None:
+        run_dir = self.sweep.out / member.name
+        if action != "resume" and run_dir.exists():
+            moved = self._move_aside(run_dir)
+            self.say(f"[{index}/{len(self.sweep.members)}] {member.name}: earlier run moved to {moved}")
+        log_path = self.sweep.out / LOG_DIR / f"{member.name}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "a", encoding="utf-8")
+        log.write(f"=== {datetime.now().isoformat(timespec='seconds')} {action}\n")
+        log.flush()
+        process = subprocess.Popen(
+            self._command(member, action, len(cpus)),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self._env(cpus),
+            start_new_session=True,  # a terminal's Ctrl-C reaches the sweep, which passes it on once
+        )
+        if self.sweep.jobs > 1 and hasattr(os, "sched_setaffinity"):
+            try:
+                os.sched_setaffinity(process.pid, cpus)
+            except OSError:
+                logger.warning("could not pin %s to CPUs %s", member.name, cpus)
+        self._running[process.pid] = _Running(member, index, action, process, slot, time.monotonic(), log)
+        what = {"run": "start", "rerun": "start (again)", "resume": "resume"}[action]
+        self.say(f"[{index}/{len(self.sweep.members)}] {what} {member.name}")
+        self._record(member, status="running", exit_code=None, action=action)
+
+    def _move_aside(self, run_dir: Path) -> Path:
+        state = run_state(run_dir)
+        target = self.sweep.out / REPLACED_DIR / f"{run_dir.name}.{state}-{datetime.now():%Y%m%d-%H%M%S-%f}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(run_dir), str(target))
+        return target
+
+    def _finish(self, job: _Running) -> Optional[str]:
+        """Record a member that ended; returns ``rerun`` when a refused resume must start
+        over from scratch."""
+        job.log.close()
+        code = job.process.returncode
+        run_dir = self.sweep.out / job.member.name
+        if job.action == "resume" and code == 2 and self.signal is None:
+            return "rerun"  # the checkpoint was refused (nothing written): start again
+        state = run_state(run_dir)
+        if state in ("missing", "incomplete") and code != 0:
+            state = "failed"
+        summary = read_summary(run_dir) or {}
+        accuracy = summary.get("final_test_accuracy")
+        self._record(
+            job.member,
+            status=state,
+            exit_code=code,
+            final_test_accuracy=accuracy,
+            last_round=summary.get("last_round"),
+            wall_s=round(time.monotonic() - job.started, 3),
+        )
+        acc = f"final accuracy {accuracy:.4f}" if isinstance(accuracy, (int, float)) else "no accuracy"
+        more = (
+            "" if state in FINISHED else f", exit {code}, log {self.sweep.out / LOG_DIR / (job.member.name + '.log')}"
+        )
+        self.say(
+            f"[{job.index}/{len(self.sweep.members)}] done {job.member.name}: {state}, {acc} "
+            f"({time.monotonic() - job.started:.1f} s{more})"
+        )
+        return None
+
+    def _on_signal(self, signum, _frame) -> None:
+        first = self.signal is None
+        self.signal = self.signal or signum
+        name = signal.Signals(signum).name
+        self.say(
+            f"fedflex sweep: {name}: no further member starts; "
+            + ("the running ones stop after their round in flight" if first else "the running ones exit now")
+        )
+        for job in self._running.values():
+            try:
+                os.killpg(job.process.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _todo(self) -> list[tuple[Member, int, str]]:
+        todo = []
+        total = len(self.sweep.members)
+        for index, member in enumerate(self.sweep.members, 1):
+            run_dir = self.sweep.out / member.name
+            state = run_state(run_dir)
+            if state in FINISHED:
+                summary = read_summary(run_dir) or {}
+                self._record(
+                    member,
+                    status=state,
+                    exit_code=self.records.get(member.name, {}).get("exit_code"),
+                    final_test_accuracy=summary.get("final_test_accuracy"),
+                    last_round=summary.get("last_round"),
+                    action="kept",
+                )
+                self.say(f"[{index}/{total}] kept {member.name}: {state} before")
+                continue
+            action = "resume" if state in RESUMABLE and has_checkpoint(run_dir) else "run"
+            self._record(member, status=state if state != "missing" else "pending", exit_code=None)
+            todo.append((member, index, action))
+        return todo
+
+    def run(self) -> int:
+        """Run what is left; returns the sweep's exit status: 0 when every member
+        finished, 1 when one failed, 128 + N when stopped by signal N."""
+        sweep = self.sweep
+        sweep.out.mkdir(parents=True, exist_ok=True)
+        with open(sweep.out / LOCK_FILE, "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise StudyError(f"another fedflex sweep is running in {sweep.out}") from None
+            previous = _read_index(sweep.out)
+            self.records = {m["name"]: m for m in previous.get("members", []) if isinstance(m, dict) and "name" in m}
+            pending = deque(self._todo())
+            self.write_index()
+            handlers = {s: signal.getsignal(s) for s in _SIGNALS}
+            for s in _SIGNALS:
+                signal.signal(s, self._on_signal)
+            try:
+                self._loop(pending)
+            finally:
+                for s, h in handlers.items():
+                    signal.signal(s, h)
+                for job in self._running.values():  # only on an error of the sweep itself
+                    os.killpg(job.process.pid, signal.SIGTERM)
+                    job.process.wait()
+                self.write_index()
+        if self.signal is not None:
+            return 128 + int(self.signal)
+        failed = [r for r in self.records.values() if r.get("status") not in FINISHED]
+        return 1 if failed else 0
+
+    def _loop(self, pending: deque) -> None:
+        slots = cpu_slots(self.sweep.jobs)
+        free = list(range(self.sweep.jobs))
+        while self._running or (pending and self.signal is None):
+            while pending and free and self.signal is None:
+                member, index, action = pending.popleft()
+                slot = free.pop(0)
+                self._start(member, index, action, slot, slots[slot])
+            time.sleep(0.1)
+            for pid, job in list(self._running.items()):
+                if job.process.poll() is None:
+                    continue
+                del self._running[pid]
+                free.append(job.slot)
+                again = self._finish(job)
+                if again:
+                    self.say(f"[{job.index}/{len(self.sweep.members)}] {job.member.name}: its checkpoint was refused")
+                    pending.appendleft((job.member, job.index, again))
+                self.write_index()
+
+
+_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+
+
+def _read_index(out: Path) -> dict[str, Any]:
+    try:
+        index = json.loads((Path(out) / INDEX_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return index if isinstance(index, dict) else {}
+
+
+def describe(sweep: Sweep) -> str:
+    """``N members (G grid points x S seeds) into OUT, J at a time``."""
+    points = math.prod(len(v) for v in sweep.grid.values()) if sweep.grid else 1
+    return (
+        f"{len(sweep.members)} runs ({points} grid point{'s' if points != 1 else ''} x {len(sweep.seeds)} "
+        f"seed{'s' if len(sweep.seeds) != 1 else ''}) into {sweep.out}, {sweep.jobs} at a time"
+    )

@@ -1,0 +1,234 @@
+"""fedflex compare: grouping, figures against a hand computation, tables and plots, on
+run directories written by hand."""
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedflex.config import load_scenario, to_yaml
+from fedflex.launch.cli import main
+from fedflex.study.compare import compare, curve, find_runs, group_runs, load_run, write_comparison
+from fedflex.study.runs import StudyError
+
+QUICKSTART = Path(__file__).parents[2] / "scenarios" / "quickstart.yaml"
+
+
+def _write_run(path, sampler, seed, accs, status="completed", e_lud=None, wall=None, rounds=20, **summary):
+    """A run directory as fedflex run writes it: config.yaml, metrics.jsonl, summary.json
+    (none when ``status`` is None)."""
+    cfg = load_scenario(QUICKSTART, [f"strategy.sampler.name={sampler}", f"seed={seed}", f"rounds={rounds}"])
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(to_yaml(cfg))
+    rows = [
+        {
+            "round": t,
+            "session": 0,
+            "online": [0, 1],
+            "sampled": [0],
+            "test_accuracy": a,
+            "test_loss": 1.0,
+            "train_loss": 2.0 - a,
+            "wall_s": 0.5,
+            "e_lud": e_lud,
+        }
+        for t, a in enumerate(accs, 1)
+    ]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if status is not None:
+        body = {"status": status, "last_round": len(accs), "rounds": len(accs), "run_wall_s": wall, **summary}
+        (path / "summary.json").write_text(json.dumps(body))
+
+
+def _curve(c, spike=None):
+    """20 rounds: c + 0.01 t for t = 1..19, a dip to c + 0.15 in round 20; ``spike``:
+    (round, accuracy) replaced."""
+    accs = [round(c + 0.01 * t, 4) for t in range(1, 20)] + [round(c + 0.15, 4)]
+    if spike:
+        accs[spike[0] - 1] = spike[1]
+    return accs
+
+
+@pytest.fixture
+def study_dir(tmp_path):
+    """Group uniform: seeds 0, 1, 2 at c = 0.5, 0.6, 0.7 (e-LUD 1, 2, 3; wall 10, 12, 14 s)
+    plus seed 3 interrupted after round 7 and seed 4 killed (no summary) after round 3.
+    Group hics: seeds 0, 1 at c = 0.40 (spike to 0.6 in round 5) and 0.45."""
+    root = tmp_path / "sweep"
+    for seed, c in enumerate((0.5, 0.6, 0.7)):
+        _write_run(root / f"u{seed}", "uniform", seed, _curve(c), e_lud=float(seed + 1), wall=10.0 + 2 * seed)
+    _write_run(root / "u3", "uniform", 3, _curve(0.5)[:7], status="interrupted", wall=3.0)
+    _write_run(root / "u4", "uniform", 4, _curve(0.5)[:3], status=None)
+    _write_run(root / "h0", "hics", 0, _curve(0.40, spike=(5, 0.6)), e_lud=1.0, wall=20.0)
+    _write_run(root / "h1", "hics", 1, _curve(0.45), e_lud=1.0, wall=22.0)
+    (root / ".replaced").mkdir()  # moved-aside runs are not compared
+    _write_run(root / ".replaced" / "old", "uniform", 9, [0.9] * 20)
+    return root
+
+
+def test_runs_are_found_recursively_and_hidden_folders_skipped(study_dir):
+    # Execute
+    found = find_runs([study_dir])
+    # Assert
+    assert [p.name for p in found] == ["h0", "h1", "u0", "u1", "u2", "u3", "u4"]
+
+
+def test_groups_differ_by_sampler_only_and_unfinished_runs_are_left_out(study_dir):
+    # Execute
+    study = group_runs([load_run(p) for p in find_runs([study_dir])])
+    # Assert: seed is not a grouping key; u3 (interrupted) and u4 (killed) left out, saying why
+    assert study.keys == ["strategy.sampler.name"]
+    assert [(label, len(runs)) for label, _, runs in study.groups] == [
+        ("strategy.sampler.name=hics", 2),
+        ("strategy.sampler.name=uniform", 3),
+    ]
+    why = {run.path.name: text for run, text in study.excluded}
+    assert why == {
+        "u3": "interrupted after round 7 of 20",
+        "u4": "no summary.json (killed, or still running) after round 3 of 20",
+    }
+
+
+def test_figures_equal_the_hand_computation(study_dir):
+    # Execute
+    rows = {r["group"]: r for r in compare([study_dir], target=0.555, window=5, order=1)}
+    uniform, hics = rows["strategy.sampler.name=uniform"], rows["strategy.sampler.name=hics"]
+    # Assert, uniform (n = 3, t(0.975, 2) = 4.302653, half = t * std / sqrt(3)):
+    # final 0.65, 0.75, 0.85 -> mean 0.75, std 0.1, half 0.248413
+    assert uniform["n"] == 3 and uniform["seeds"] == [0, 1, 2]
+    assert uniform["final_accuracy_mean"] == pytest.approx(0.75)
+    assert uniform["final_accuracy_std"] == pytest.approx(0.1)
+    assert uniform["final_accuracy_ci_low"] == pytest.approx(0.75 - 0.248413, abs=1e-6)
+    assert uniform["final_accuracy_ci_high"] == pytest.approx(0.75 + 0.248413, abs=1e-6)
+    # best: round 19, c + 0.19 -> 0.69, 0.79, 0.89: mean 0.79, std 0.1
+    assert (uniform["best_accuracy_mean"], uniform["best_accuracy_std"]) == pytest.approx((0.79, 0.1))
+    # last 10% of 20 rounds = rounds 19, 20: c + 0.17 -> mean 0.77, std 0.1
+    assert (uniform["last10_accuracy_mean"], uniform["last10_accuracy_std"]) == pytest.approx((0.77, 0.1))
+    # e-LUDD 1, 2, 3 -> 2 +- 1; wall (summary's run_wall_s) 10, 12, 14 -> 12 +- 2
+    assert (uniform["e_ludd_mean"], uniform["e_ludd_std"]) == pytest.approx((2.0, 1.0))
+    assert (uniform["wall_s_mean"], uniform["wall_s_std"]) == pytest.approx((12.0, 2.0))
+    # rounds to 0.555: c = 0.5 -> round 6 (0.56), c = 0.6 and 0.7 -> round 1: mean 8/3,
+    # std sqrt(((10/3)^2 + (5/3)^2 + (5/3)^2) / 2) = sqrt(25/3); smoothed (window 5, order 1:
+    # exact on the straight part) the same
+    assert uniform["rounds_to_target_reached"] == 3
+    assert uniform["rounds_to_target_mean"] == pytest.approx(8 / 3)
+    assert uniform["rounds_to_target_std"] == pytest.approx(math.sqrt(25 / 3))
+    assert uniform["rounds_to_target_smoothed_mean"] == pytest.approx(8 / 3)
+    # hics (n = 2, t(0.975, 1) = 12.706205): final 0.55, 0.60 -> 0.575, std 0.05 / sqrt(2),
+    # half 12.706205 * 0.05 / 2 = 0.317655
+    assert (hics["final_accuracy_mean"], hics["final_accuracy_std"]) == pytest.approx((0.575, 0.05 / math.sqrt(2)))
+    assert hics["final_accuracy_ci_low"] == pytest.approx(0.575 - 0.317655, abs=1e-6)
+    # best: the spike 0.6 beats 0.59 of round 19; 0.64 -> mean 0.62
+    assert hics["best_accuracy_mean"] == pytest.approx(0.62)
+    # raw rounds to 0.555: the spike in round 5, and round 11 (0.56) -> 8 +- sqrt(3^2 + 3^2);
+    # smoothed: the spike is averaged away (at most 0.47 + 0.15 / 5 = 0.50 near it), so
+    # round 16 (0.56) and 11 -> 13.5 +- sqrt(2.5^2 + 2.5^2)
+    assert (hics["rounds_to_target_mean"], hics["rounds_to_target_std"]) == pytest.approx((8.0, 6 / math.sqrt(2)))
+    assert hics["rounds_to_target_smoothed_mean"] == pytest.approx(13.5)
+    assert hics["rounds_to_target_smoothed_std"] == pytest.approx(5 / math.sqrt(2))
+
+
+def test_a_single_run_has_a_mean_but_no_spread(tmp_path):
+    # Prepare
+    _write_run(tmp_path / "only", "uniform", 0, _curve(0.5))
+    # Execute
+    (row,) = compare([tmp_path / "only"])
+    # Assert
+    assert row["n"] == 1 and row["final_accuracy_mean"] == pytest.approx(0.65)
+    assert row["final_accuracy_std"] is None and row["final_accuracy_ci_low"] is None
+
+
+def test_include_incomplete_keeps_the_interrupted_and_killed_runs(study_dir):
+    # Execute
+    rows = {r["group"]: r for r in compare([study_dir], include_incomplete=True)}
+    # Assert: u3's final is round 7 (0.57), u4's round 3 (0.53)
+    uniform = rows["strategy.sampler.name=uniform"]
+    assert uniform["n"] == 5
+    assert uniform["final_accuracy_mean"] == pytest.approx((0.65 + 0.75 + 0.85 + 0.57 + 0.53) / 5)
+
+
+def test_a_run_with_another_round_count_than_its_group_is_left_out(tmp_path):
+    # Prepare: grouped by sampler, a 10-round run joins two 20-round runs
+    _write_run(tmp_path / "a", "uniform", 0, _curve(0.5))
+    _write_run(tmp_path / "b", "uniform", 1, _curve(0.6))
+    _write_run(tmp_path / "c", "uniform", 2, _curve(0.7)[:10], rounds=10)
+    # Execute
+    study = group_runs([load_run(p) for p in find_runs([tmp_path])], by=["strategy.sampler.name"])
+    # Assert
+    assert [len(runs) for _, _, runs in study.groups] == [2]
+    assert [(r.path.name, why) for r, why in study.excluded] == [("c", "10 rounds, its group has 20")]
+
+
+def test_mean_curve_and_band_per_round(study_dir):
+    # Prepare
+    study = group_runs([load_run(p) for p in find_runs([study_dir])])
+    uniform = study.groups[1][2]
+    # Execute
+    rounds, mean, low, high = curve(uniform, "test_accuracy")
+    # Assert: round 1: 0.51, 0.61, 0.71
+    assert rounds.tolist() == list(range(1, 21))
+    assert (mean[0], low[0], high[0]) == pytest.approx((0.61, 0.51, 0.71))
+
+
+def test_tables_and_plots_are_written(study_dir, tmp_path):
+    # Execute
+    text, written = write_comparison([study_dir], tmp_path / "cmp", target=0.555, metrics=["train_loss"])
+    # Assert
+    assert [p.name for p in written] == ["compare.md", "compare.csv", "test_accuracy.png", "train_loss.png"]
+    for png in written[2:]:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    lines = text.splitlines()
+    assert lines[0].startswith("| group | n | final acc | best acc | last-10% acc | rounds to 0.555 |")
+    assert lines[3].startswith("| strategy.sampler.name=uniform | 3 | 0.7500 ± 0.1000 [0.5016, 0.9984] |")
+    assert "interrupted after round 7 of 20" in text
+    with open(written[1]) as fh:
+        table = list(csv.DictReader(fh))
+    assert [r["strategy.sampler.name"] for r in table] == ["hics", "uniform"]
+    assert math.isclose(float(table[1]["final_accuracy_mean"]), 0.75)
+
+
+def test_the_plot_is_titled_labelled_with_a_legend_and_integer_round_ticks(study_dir, tmp_path, monkeypatch):
+    # Prepare: keep the figure to look at it
+    import matplotlib.pyplot as plt
+
+    figures = []
+    monkeypatch.setattr(plt, "close", lambda fig: figures.append(fig))
+    # Execute
+    write_comparison([study_dir], tmp_path / "cmp")
+    # Assert
+    ax = figures[0].axes[0]
+    assert "test accuracy per round" in ax.get_title() and "band: min-max" in ax.get_title()
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("round", "test accuracy")
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "strategy.sampler.name=hics (n=2)",
+        "strategy.sampler.name=uniform (n=3)",
+    ]
+    ticks = [t for t in ax.get_xticks() if 1 <= t <= 20]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    assert len(ax.collections) == 2  # one band per group
+    np.testing.assert_allclose(ax.lines[1].get_ydata()[0], 0.61)
+
+
+def test_unknown_metric_and_missing_runs_are_one_line_errors(study_dir, tmp_path, capsys):
+    # Execute / Assert
+    assert main(["compare", str(study_dir), "--metric", "nope", "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--metric nope: not a numeric field" in err and "train_loss" in err
+    (tmp_path / "empty").mkdir()
+    assert main(["compare", str(tmp_path / "empty")]) == 2
+    assert "no run directory" in capsys.readouterr().err
+    with pytest.raises(StudyError, match="--by nope"):
+        compare([study_dir], by=["nope"])
+
+
+def test_cli_prints_the_table_and_writes_into_the_directory(study_dir, capsys):
+    # Execute
+    code = main(["compare", str(study_dir), "--target", "0.555"])
+    # Assert
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "| strategy.sampler.name=hics | 2 |" in out
+    assert (study_dir / "compare" / "compare.md").read_text() == out

@@ -1,0 +1,316 @@
+"""fedflex sweep: planning, run states, CPU shares, and real sweeps that are interrupted,
+resumed and left alone; the reproduce scripts' reading of a finished run."""
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedflex.config import load_scenario, to_yaml
+from fedflex.launch.cli import main
+from fedflex.study import runs
+from fedflex.study.sweep import (
+    StudyError,
+    check_existing,
+    cpu_slots,
+    member_name,
+    parse_grid,
+    plan,
+    read_study,
+    split_values,
+)
+
+ROOT = Path(__file__).parents[2]
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+STUDY = ROOT / "scenarios" / "studies" / "quickstart_samplers.yaml"
+
+
+def _summary(path, **body):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "summary.json").write_text(json.dumps(body))
+
+
+# ---------------------------------------------------------------------------- planning
+def test_grid_values_split_on_commas_outside_brackets():
+    assert split_values("0.1,0.01") == ["0.1", "0.01"]
+    assert split_values("[1,2],[3]") == ["[1,2]", "[3]"]
+    assert parse_grid(["client.lr=0.1,0.01", "partition.alpha=0.3"]) == {
+        "client.lr": ["0.1", "0.01"],
+        "partition.alpha": ["0.3"],
+    }
+
+
+@pytest.mark.parametrize("item", ["client.lr", "client.lr=", "=1,2", "client.lr=0.1,"])
+def test_a_malformed_grid_axis_is_refused(item):
+    with pytest.raises(StudyError, match="expected key=value1,value2"):
+        parse_grid([item])
+
+
+def test_member_names_are_safe_directory_names():
+    assert member_name([("strategy.sampler.name", "hics"), ("seed", "1")]) == "strategy.sampler.name=hics,seed=1"
+    assert member_name([("dataset.root", "/data/x y"), ("seed", "0")]) == "dataset.root=_data_x_y,seed=0"
+    long = member_name([("churn.sessions", "[" + ",".join(["[0,1,2]"] * 60) + "]"), ("seed", "0")])
+    assert len(long) == 200 and "/" not in long
+
+
+def test_plan_is_every_grid_point_times_every_seed_in_order(tmp_path):
+    # Execute
+    sweep = plan(QUICKSTART, ["rounds=2"], {"strategy.sampler.name": ["uniform", "hics"]}, [0, 1], tmp_path)
+    # Assert
+    assert [m.name for m in sweep.members] == [
+        "strategy.sampler.name=uniform,seed=0",
+        "strategy.sampler.name=uniform,seed=1",
+        "strategy.sampler.name=hics,seed=0",
+        "strategy.sampler.name=hics,seed=1",
+    ]
+    assert sweep.members[3].overrides == ["strategy.sampler.name=hics", "seed=1"]
+
+
+def test_without_seeds_the_scenario_seed_is_the_one_seed(tmp_path):
+    sweep = plan(QUICKSTART, ["seed=7"], {}, None, tmp_path)
+    assert [m.name for m in sweep.members] == ["seed=7"]
+
+
+def test_a_bad_grid_value_names_the_member_and_starts_nothing(tmp_path, capsys):
+    # Execute
+    code = main(["sweep", str(QUICKSTART), "--grid", "client.lr=0.1,-1", "--out", str(tmp_path / "s")])
+    # Assert
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err == "fedflex: config error: client.lr = -1.0: must be > 0 (in sweep member client.lr=-1,seed=0)"
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_grid_over_the_seed_is_refused(tmp_path):
+    with pytest.raises(StudyError, match="give the seeds with --seeds"):
+        plan(QUICKSTART, [], {"seed": ["0", "1"]}, None, tmp_path)
+
+
+def test_sweep_of_a_scenario_needs_out(capsys):
+    assert main(["sweep", str(QUICKSTART), "--grid", "client.lr=0.1,0.2"]) == 2
+    assert "sweep needs --out DIR" in capsys.readouterr().err
+
+
+def test_the_shipped_study_file_plans_two_samplers_by_two_seeds(tmp_path):
+    # Execute
+    study = read_study(STUDY)
+    sweep = plan(study["scenario"], study["overrides"], study["grid"], study["seeds"], tmp_path)
+    # Assert
+    assert study["scenario"] == QUICKSTART
+    assert study["overrides"] == ["rounds=10", "simulation.backend=local"]
+    assert len(sweep.members) == 4
+
+
+def test_a_study_file_with_an_unknown_key_is_refused(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("scenario: x.yaml\ngrids: {}\n")
+    with pytest.raises(StudyError, match="unknown key 'grids'"):
+        read_study(path)
+
+
+def test_a_member_directory_with_another_configuration_is_refused(tmp_path):
+    # Prepare: the member's directory holds a 5-round run; the sweep asks for 3 rounds
+    sweep = plan(QUICKSTART, ["rounds=3"], {}, [0], tmp_path)
+    old = tmp_path / sweep.members[0].name
+    old.mkdir()
+    (old / "config.yaml").write_text(to_yaml(load_scenario(QUICKSTART, ["rounds=5"])))
+    # Execute / Assert
+    with pytest.raises(StudyError, match="holds a run of another configuration \\(rounds: 5 there, 3 planned\\)"):
+        check_existing(sweep)
+
+
+def test_execution_settings_do_not_make_another_configuration(tmp_path):
+    # Prepare: the same run with other progress / CPU settings
+    sweep = plan(QUICKSTART, ["rounds=3"], {}, [0], tmp_path)
+    old = tmp_path / sweep.members[0].name
+    old.mkdir()
+    saved = load_scenario(QUICKSTART, ["rounds=3", "output.progress=lines", "simulation.num_cpus=0.5"])
+    (old / "config.yaml").write_text(to_yaml(saved))
+    # Execute / Assert: no error
+    check_existing(sweep)
+
+
+# ---------------------------------------------------------------------------- states and shares
+@pytest.mark.parametrize(
+    "status, state, finished, completed",
+    [
+        ("completed", "completed", True, True),
+        ("diverged", "diverged", True, False),
+        ("interrupted", "interrupted", False, False),
+        ("failed", "failed", False, False),
+    ],
+)
+def test_a_summary_alone_does_not_make_a_run_finished(tmp_path, status, state, finished, completed):
+    _summary(tmp_path / "r", status=status)
+    assert runs.run_state(tmp_path / "r") == state
+    assert runs.is_finished(tmp_path / "r") is finished
+    assert runs.is_completed(tmp_path / "r") is completed
+
+
+def test_missing_and_killed_runs(tmp_path):
+    assert runs.run_state(tmp_path / "nothing") == "missing"
+    (tmp_path / "killed").mkdir()
+    (tmp_path / "killed" / "metrics.jsonl").write_text('{"round": 1}\n')
+    assert runs.run_state(tmp_path / "killed") == "incomplete"
+    (tmp_path / "killed" / "summary.json").write_text("{trunc")
+    assert runs.run_state(tmp_path / "killed") == "incomplete"
+
+
+def test_cpu_shares_are_disjoint_and_wrap_when_jobs_exceed_cpus():
+    assert cpu_slots(2, [0, 1, 2, 3]) == [[0, 1], [2, 3]]
+    assert cpu_slots(3, [0, 1, 2, 3, 4, 5, 6]) == [[0, 1], [2, 3], [4, 5]]
+    assert cpu_slots(3, [0, 1]) == [[0], [1], [0]]
+
+
+def test_the_runner_bounds_ray_to_the_process_affinity(monkeypatch):
+    from fedflex.launch import runner
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {4, 5, 6}, raising=False)
+    cfg = load_scenario(QUICKSTART)
+    assert runner.backend_config(cfg)["init_args"]["num_cpus"] == 3
+    assert runner.ray_workers(cfg) == 3
+
+
+# ---------------------------------------------------------------------------- reproduce scripts
+@pytest.mark.parametrize("script", ["reproduce_session_init", "reproduce_bherd"])
+def test_reproduce_scripts_rerun_an_interrupted_run_and_keep_a_completed_one(tmp_path, monkeypatch, script):
+    # Prepare: the script as a module; fedflex run stubbed (it records the call and
+    # writes a completed summary)
+    spec = importlib.util.spec_from_file_location(script, ROOT / "scripts" / f"{script}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    calls = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append(cmd)
+        _summary(Path(cmd[-1]), status="completed")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(module.subprocess, "run", fake_run)
+    args = (QUICKSTART,) if script == "reproduce_bherd" else ()
+    interrupted, done = tmp_path / "interrupted", tmp_path / "done"
+    _summary(interrupted, status="interrupted", last_round=16)
+    (interrupted / "checkpoint.pkl").write_bytes(b"x")
+    _summary(done, status="completed")
+    # Execute
+    module.run_one(*args, interrupted, ["rounds=200"])
+    module.run_one(*args, done, ["rounds=200"])
+    # Assert: the interrupted run ran again from an empty directory; the completed one not
+    assert [c[-1] for c in calls] == [str(interrupted)]
+    assert not (interrupted / "checkpoint.pkl").exists()
+
+
+# ---------------------------------------------------------------------------- real sweeps
+def _env(tmp_path):
+    return {**os.environ, "PYTHONPATH": str(ROOT), "FEDFLEX_CACHE": str(tmp_path / "cache")}
+
+
+SWEEP = [
+    "simulation.backend=local",
+    "rounds=5",
+    "output.plots=false",
+    "dataset.samples_per_client=2000",
+    "--grid",
+    "strategy.sampler.name=uniform,hics",
+    "--seeds",
+    "0,1",
+    "--jobs",
+    "2",
+]
+
+
+def _sweep(tmp_path, out):
+    return [sys.executable, "-m", "fedflex", "sweep", str(QUICKSTART), *SWEEP, "--out", str(out)]
+
+
+def _index(out):
+    return {m["name"]: m for m in json.loads((out / "sweep.json").read_text())["members"]}
+
+
+@pytest.mark.slow
+def test_an_interrupted_sweep_resumes_its_members_and_a_finished_one_starts_nothing(tmp_path):
+    # Prepare: a sweep going; Ctrl-C once its first member has two rounds
+    out = tmp_path / "sweep"
+    proc = subprocess.Popen(
+        _sweep(tmp_path, out), cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    first = out / "strategy.sampler.name=uniform,seed=0" / "metrics.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if first.is_file() and len(first.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=180)
+    # Assert: exit 130; the running members stopped at a round boundary, nothing else started
+    assert proc.returncode == 130, stdout
+    index = _index(out)
+    stopped = [n for n, m in index.items() if m["status"] == "interrupted"]
+    assert "strategy.sampler.name=uniform,seed=0" in stopped
+    assert all(m["status"] in ("interrupted", "completed", "pending") for m in index.values())
+    assert "start strategy.sampler.name=hics,seed=1" not in stdout
+    rows_before = len(first.read_text().splitlines())
+    assert 2 <= rows_before < 5
+
+    # Execute: the second invocation
+    again = subprocess.run(_sweep(tmp_path, out), cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True)
+    # Assert: every member completed, the interrupted ones resumed (not restarted)
+    assert again.returncode == 0, again.stdout + again.stderr
+    index = _index(out)
+    assert {m["status"] for m in index.values()} == {"completed"}
+    for name in stopped:
+        assert f"resume {name}" in again.stdout
+        assert index[name]["action"] == "resume"
+    rows = [json.loads(line) for line in first.read_text().splitlines()]
+    assert [r["round"] for r in rows] == [1, 2, 3, 4, 5]
+    assert (out / "logs" / "strategy.sampler.name=uniform,seed=0.log").read_text().count("=== ") == 2
+    mtimes = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name != "sweep.json"}
+
+    # Execute: the third invocation
+    third = subprocess.run(_sweep(tmp_path, out), cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True)
+    # Assert: nothing started, no run file touched
+    assert third.returncode == 0, third.stderr
+    assert third.stdout.count("kept ") == 4 and "start" not in third.stdout and "resume" not in third.stdout
+    assert {m["action"] for m in _index(out).values()} == {"kept"}
+    assert {p: p.stat().st_mtime_ns for p in mtimes if p.exists()} == mtimes
+
+    # ... and compare reads the sweep
+    cmp = subprocess.run(
+        [sys.executable, "-m", "fedflex", "compare", str(out)], cwd=ROOT, env=_env(tmp_path), capture_output=True
+    )
+    assert cmp.returncode == 0
+    assert (out / "compare" / "test_accuracy.png").is_file()
+
+
+@pytest.mark.slow
+def test_a_failed_member_is_moved_aside_and_run_again(tmp_path):
+    # Prepare: a member directory whose run failed
+    out = tmp_path / "sweep"
+    name = "seed=0"
+    failed = out / name
+    failed.mkdir(parents=True)
+    (failed / "config.yaml").write_text(to_yaml(load_scenario(QUICKSTART, ["simulation.backend=local", "rounds=2"])))
+    (failed / "metrics.jsonl").write_text("")
+    (failed / "summary.json").write_text(json.dumps({"status": "failed"}))
+    # Execute
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedflex", "sweep", str(QUICKSTART), "simulation.backend=local", "rounds=2"]
+        + ["--seeds", "0", "--out", str(out)],
+        cwd=ROOT,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+    )
+    # Assert
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert runs.run_state(out / name) == "completed"
+    (moved,) = (out / ".replaced").iterdir()
+    assert moved.name.startswith("seed=0.failed-")
+    assert json.loads((moved / "summary.json").read_text()) == {"status": "failed"}
+    assert "earlier run moved to" in proc.stdout
