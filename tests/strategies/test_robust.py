@@ -215,6 +215,7 @@ def _last_row(tmp_path, name, overrides, hostile=True):
     return read_metrics(tmp_path / name)[-1]
 
 
+@pytest.mark.slow  # five 3-round runs: ~12 s
 @pytest.mark.usefixtures("isolated_cache")
 def test_a_robust_aggregator_keeps_accuracy_when_one_client_scales_its_weights(tmp_path):
     # Execute: the same run, honest, and with client 0 sending weights x 1e6
