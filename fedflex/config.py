@@ -423,7 +423,10 @@ LR_SHAPES = ("exp", "poly")
 
 
 SAMPLERS = ("uniform", "hics", "pow-d", "clustered", "divfl", "fedcor")
-AGGREGATORS = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedams", "fedaware", "bherd")
+#: Byzantine-robust aggregators (Flower's FedMedian, FedTrimmedAvg, Krum, MultiKrum, Bulyan)
+ROBUST_AGGREGATORS = ("median", "trimmed-mean", "krum", "multikrum", "bulyan")
+PLAIN_AGGREGATORS = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedams", "fedaware", "bherd")
+AGGREGATORS = PLAIN_AGGREGATORS + ROBUST_AGGREGATORS
 INITIALIZERS = ("previous", "average", "session-aware")
 #: session-aware distance between session gradients (strategies/session_init.session_distance)
 SESSION_DISTANCES = ("l2", "normalized")
@@ -569,6 +572,16 @@ class AggregatorConfig(_PartOptions):
     - ``fedaware``: FedAWARE (Zeng et al.): per-client momenta (``aware_momentum``),
       min-norm weights by Frank-Wolfe; see ``aware_*`` keys.
     - ``bherd``: BHerd's server step w - (eta / alpha) sum_i p_i g_i.
+    - Byzantine-robust (Flower's own functions, ``strategies/robust.py``): ``median``
+      (coordinate-wise median), ``trimmed-mean`` (cut ``trim_beta`` of each tail per
+      coordinate), ``krum`` / ``multikrum`` (Blanchard et al., 2017: the reply, or the
+      ``num_krum_selected`` replies (null: n - f), closest to their n - f - 2 nearest
+      neighbours; multikrum averages them by examples when ``weighted``), ``bulyan``
+      (El Mhamdi et al., 2018: multikrum selection, then a coordinate-wise trimmed mean
+      around the median); ``num_malicious`` is f, the Byzantine clients to tolerate. Each
+      steps x <- x + ``server_lr`` (agg - x).
+    ``clip_norm`` (any aggregator but bherd): each client's update (reply - global model,
+    float arrays) is scaled down to at most this L2 norm before the parts see it.
     ``aware: true`` adds the AWARE projection to a server optimiser (plug-in).
     ``on_model_switch``: what server-optimiser state does when an initializer replaces
     the model (``keep`` or ``reset``).
@@ -596,8 +609,17 @@ class AggregatorConfig(_PartOptions):
     aware_dtype: str = "float32"
     aware_departed: str = "keep"  # offline clients: keep | exclude (from the solve) | drop
     on_model_switch: str = "keep"
+    trim_beta: float = 0.2  # trimmed-mean: fraction cut off each tail, in [0, 0.5)
+    num_malicious: int = 1  # krum / multikrum / bulyan: f, Byzantine clients tolerated
+    num_krum_selected: Optional[int] = None  # multikrum: replies averaged (null: n - f)
+    clip_norm: Optional[float] = None  # max L2 norm of a client's update (null: no clipping)
 
     USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {
+        # median, trimmed-mean, krum and bulyan weigh every reply alike
+        "weighted": tuple(a for a in AGGREGATORS if a not in ("median", "trimmed-mean", "krum", "bulyan")),
+        "trim_beta": ("trimmed-mean",),
+        "num_malicious": ("krum", "multikrum", "bulyan"),
+        "num_krum_selected": ("multikrum",),
         "server_momentum": ("fedavgm",),
         **{k: ("fedadam", "fedyogi", "fedadagrad", "fedams") for k in ("beta1", "beta2", "tau")},
         "ams_epsilon_at": ("fedams",),
@@ -641,6 +663,10 @@ class AggregatorConfig(_PartOptions):
         _num(path, "aware_layers", self.aware_layers, ge=1)
         _choice(path, "aware_departed", self.aware_departed, ("keep", "exclude", "drop"))
         _choice(path, "on_model_switch", self.on_model_switch, ("keep", "reset"))
+        _num(path, "trim_beta", self.trim_beta, ge=0, lt=0.5)
+        _num(path, "num_malicious", self.num_malicious, ge=0)
+        _num(path, "num_krum_selected", self.num_krum_selected, ge=1, optional=True)
+        _num(path, "clip_norm", self.clip_norm, gt=0, optional=True)
 
 
 @dataclass
@@ -733,11 +759,33 @@ class LocalRuleConfig(_PartOptions):
 
 
 @dataclass
+class ReplyConfig:
+    """Limits every training reply is checked against before aggregation
+    (``strategies/replies.py``); a reply that breaks one is dropped from its round.
+
+    ``max_num_examples``: null bounds a client's ``num-examples`` by the examples it holds
+    (its partition, which the server computes from the same task as the clients); a number
+    bounds every client by it instead (for federations whose nodes hold data the server
+    does not know). ``max_reply_mb``: the most MB (2^20 bytes) of arrays and values one
+    reply may carry; null: 4 x the model's size + 1 MB (a normal reply is the model plus
+    at most two model-shaped records).
+    """
+
+    max_num_examples: Optional[int] = None
+    max_reply_mb: Optional[float] = None
+
+    def validate(self, path: str) -> None:
+        _num(path, "max_num_examples", self.max_num_examples, ge=1, optional=True)
+        _num(path, "max_reply_mb", self.max_reply_mb, gt=0, optional=True)
+
+
+@dataclass
 class StrategyConfig:
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     aggregator: AggregatorConfig = field(default_factory=AggregatorConfig)
     initializer: InitializerConfig = field(default_factory=InitializerConfig)
     local_rule: LocalRuleConfig = field(default_factory=LocalRuleConfig)
+    replies: ReplyConfig = field(default_factory=ReplyConfig)
 
     def validate(self, path: str) -> None:
         for f in dataclasses.fields(self):

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from logging import WARNING
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 from flwr.common import log
 
 from fedflex.churn import Availability, SessionTracker
-from fedflex.config import ConfigError, ScenarioConfig
+from fedflex.config import ROBUST_AGGREGATORS, ConfigError, ScenarioConfig
 from strategies.basic import ExploreFirstSampler, FedAvgAggregator, PreviousInitializer, UniformSampler
 from strategies.bherd import BHerdAggregator
 from strategies.clustered import ClusteredSampler
@@ -30,6 +30,8 @@ from strategies.hics import hics_from_config
 from strategies.optimizers import FedAdagrad, FedAdam, FedAMS, FedAvgM, FedYogi
 from strategies.parts import Aggregator, Initializer, Sampler, ServerRule
 from strategies.powd import PowDSampler
+from strategies.replies import MB, ReplyLimits
+from strategies.robust import BulyanAggregator, KrumAggregator, MedianAggregator, TrimmedMeanAggregator
 from strategies.scaffold import ScaffoldServer
 from strategies.session_init import AverageInitializer, SessionAwareInitializer
 
@@ -107,6 +109,23 @@ AGGREGATORS: dict[str, Callable[[ScenarioConfig], Aggregator]] = {
     ),
     "fedaware": make_fedaware,
     "bherd": lambda cfg: _bherd_aggregator(cfg),
+    # Byzantine-robust (strategies/robust.py: Flower's FedMedian, FedTrimmedAvg, Krum, MultiKrum, Bulyan)
+    "median": lambda cfg: MedianAggregator(server_lr=cfg.strategy.aggregator.server_lr),
+    "trimmed-mean": lambda cfg: TrimmedMeanAggregator(
+        cfg.strategy.aggregator.trim_beta, server_lr=cfg.strategy.aggregator.server_lr
+    ),
+    "krum": lambda cfg: KrumAggregator(
+        cfg.strategy.aggregator.num_malicious, select=1, server_lr=cfg.strategy.aggregator.server_lr
+    ),
+    "multikrum": lambda cfg: KrumAggregator(
+        cfg.strategy.aggregator.num_malicious,
+        select=cfg.strategy.aggregator.num_krum_selected,
+        weighted=cfg.strategy.aggregator.weighted,
+        server_lr=cfg.strategy.aggregator.server_lr,
+    ),
+    "bulyan": lambda cfg: BulyanAggregator(
+        cfg.strategy.aggregator.num_malicious, server_lr=cfg.strategy.aggregator.server_lr
+    ),
 }
 
 INITIALIZERS: dict[str, Callable[[ScenarioConfig], Initializer]] = {
@@ -204,6 +223,56 @@ def _check_herding(cfg: ScenarioConfig) -> None:
         )
 
 
+#: local rules whose replies a robust aggregator takes: the others' server halves average
+#: what every client sends outside the aggregator (SCAFFOLD's control variates, FedNova's
+#: a-norms, FedDyn's h, FedCM's momentum, BHerd's gradient sums), so one hostile reply
+#: would still steer the model
+ROBUST_RULES = ("sgd", "fedprox")
+
+
+def _check_robust(cfg: ScenarioConfig) -> None:
+    """Robust aggregators and clipping: refuse what cannot work or would not be robust,
+    warn about what amounts to something plainer."""
+    s, a, k = cfg.strategy, cfg.strategy.aggregator, cfg.strategy.sampler.clients_per_round
+    if a.name in ROBUST_AGGREGATORS and s.local_rule.name not in ROBUST_RULES:
+        raise ConfigError(
+            "strategy.local_rule.name",
+            s.local_rule.name,
+            f"aggregator {a.name} takes local rule {' or '.join(ROBUST_RULES)}: the server half of "
+            f"{s.local_rule.name} averages what every client sends outside the aggregator, so one hostile "
+            "reply would still steer the model",
+        )
+    if a.clip_norm is not None and (a.name == "bherd" or s.local_rule.name == "fednova"):
+        if a.name == "bherd":
+            part = "aggregator bherd steps with the clients' gradient sums"
+        else:
+            part = "local rule fednova rebuilds every model from its fednova-d record"
+        raise ConfigError("strategy.aggregator.clip_norm", a.clip_norm, f"{part}, not the clipped model; leave it null")
+    need = {"krum": 2 * a.num_malicious + 3, "multikrum": 2 * a.num_malicious + 3, "bulyan": 4 * a.num_malicious + 3}
+    if a.name in need and k < need[a.name]:
+        rule = "4f + 3" if a.name == "bulyan" else "2f + 3"
+        raise ConfigError(
+            "strategy.sampler.clients_per_round",
+            k,
+            f"aggregator {a.name} with num_malicious={a.num_malicious} needs at least {rule} = {need[a.name]} replies",
+        )
+    if a.name == "multikrum" and a.num_krum_selected is not None and a.num_krum_selected > k - a.num_malicious:
+        raise ConfigError(
+            "strategy.aggregator.num_krum_selected",
+            a.num_krum_selected,
+            f"must be <= clients_per_round - num_malicious = {k - a.num_malicious}",
+        )
+    if a.name == "trimmed-mean" and int(a.trim_beta * k) == 0:
+        log(
+            WARNING,
+            "trimmed-mean with trim_beta=%s trims nothing from %d replies: it is the plain mean",
+            a.trim_beta,
+            k,
+        )
+    if a.name in ("multikrum", "bulyan") and a.num_malicious == 0 and a.num_krum_selected is None:
+        log(WARNING, "%s with num_malicious=0 keeps every reply: it is the plain mean", a.name)
+
+
 def check_parts(cfg: ScenarioConfig) -> None:
     """Refuse names this version lacks and combinations that cannot work.
 
@@ -229,6 +298,7 @@ def check_parts(cfg: ScenarioConfig) -> None:
             + (" (fedaware is AWARE already)" if s.aggregator.name == "fedaware" else ""),
         )
     _check_herding(cfg)
+    _check_robust(cfg)
 
 
 def _sampler(cfg: ScenarioConfig) -> Sampler:
@@ -238,13 +308,29 @@ def _sampler(cfg: ScenarioConfig) -> Sampler:
     return base
 
 
+def reply_limits(cfg: ScenarioConfig, client_sizes: Optional[Mapping[int, int]] = None) -> ReplyLimits:
+    """The limits of ``strategy.replies``: ``num-examples`` bounded by ``client_sizes``
+    (client id -> examples it holds) or by ``max_num_examples``; the local rule's own
+    records are added by the strategy."""
+    r = cfg.strategy.replies
+    return ReplyLimits(
+        sizes=dict(client_sizes or {}),
+        cap=r.max_num_examples,
+        max_bytes=None if r.max_reply_mb is None else int(r.max_reply_mb * MB),
+    )
+
+
 def build_strategy(
-    cfg: ScenarioConfig, availability: Optional[Availability], model_info: Optional[ModelInfo] = None
+    cfg: ScenarioConfig,
+    availability: Optional[Availability],
+    model_info: Optional[ModelInfo] = None,
+    client_sizes: Optional[Mapping[int, int]] = None,
 ) -> FedFlex:
     """The strategy a scenario describes (its parts looked up by name).
 
     Factories take ``(cfg)``; parts that need the model's shape read
-    :data:`MODEL_INFO`, set here before the factories run.
+    :data:`MODEL_INFO`, set here before the factories run. ``client_sizes``: client id
+    -> the examples it holds (its partition), the bound of its ``num-examples``.
     """
     check_parts(cfg)
     global MODEL_INFO
@@ -264,4 +350,6 @@ def build_strategy(
         local_rule=s.local_rule.name,
         query_timeout=cfg.deployment.query_timeout,
         client_lr=None if cfg.client.lr_schedule == "constant" else cfg.client.lr_at,
+        reply_limits=reply_limits(cfg, client_sizes),
+        clip_norm=s.aggregator.clip_norm,
     )

@@ -10,7 +10,9 @@ top to bottom:
 3. who trains (the sampler);
 4. their train messages (the model, the parts' payloads and config entries);
 5. local training (``grid.send_and_receive``);
-6. the replies checked (:func:`check_reply`), observed by the parts, aggregated;
+6. the replies checked (:func:`strategies.replies.check_reply`; rejected ones are
+   dropped, logged and listed in ``rejected``), clipped (``clip_norm``), observed by the
+   parts, aggregated;
 7. the initializer's end-of-round hook;
 8. the server-side evaluation, at the scenario's cadence.
 
@@ -21,6 +23,7 @@ thin adapters over the same steps for Flower's own ``Strategy.start``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -40,6 +43,8 @@ from fedflex.records import record_key
 from strategies.diagnostics import e_lud
 from strategies.nodes import NodeDirectory
 from strategies.parts import Aggregator, ClientUpdate, Initializer, Part, Sampler, ServerRule
+from strategies.replies import NONFINITE, ReplyLimits, check_reply, num_examples_problem
+from strategies.robust import clip_update
 
 
 class TooFewClientsError(RuntimeError):
@@ -56,6 +61,7 @@ class RoundRecord:
     online: list[int] = field(default_factory=list)
     sampled: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
+    rejected: list[list] = field(default_factory=list)  # [client id, reason] of each rejected reply
     skipped: bool = False
     num_examples: int = 0
     train_loss: Optional[float] = None
@@ -74,6 +80,7 @@ class RoundRecord:
             "online": self.online,
             "sampled": self.sampled,
             "failed": self.failed,
+            "rejected": self.rejected,
             "skipped": self.skipped,
             "num_examples": self.num_examples,
             "train_loss": self.train_loss,
@@ -83,47 +90,6 @@ class RoundRecord:
         }
         row.update(self.extra)
         return row
-
-
-NONFINITE = "has NaN or Inf values"  # check_reply's reason for a reply with non-finite values
-
-
-def check_reply(
-    content: RecordDict, global_arrays: "OrderedDict[str, np.ndarray]"
-) -> tuple[Optional[ClientUpdate], str]:
-    """A validated :class:`ClientUpdate` from a training reply, or (None, reason).
-
-    Rejects replies without arrays or ``num-examples``, with other keys, shapes or
-    dtypes than the global model, with non-finite values (also in further array records,
-    which become the update's ``extras``), or with no examples.
-    """
-    if keys.ARRAYS not in content.array_records:
-        return None, "no arrays"
-    if keys.METRICS not in content.metric_records:
-        return None, "no metrics"
-    metrics = dict(content[keys.METRICS])
-    n = metrics.get(keys.NUM_EXAMPLES)
-    if not isinstance(n, (int, float)) or n <= 0:
-        return None, f"{keys.NUM_EXAMPLES} missing or not positive ({n!r})"
-    arrays = record_to_numpy(content[keys.ARRAYS])
-    if list(arrays) != list(global_arrays):
-        return None, "array names differ from the global model's"
-    for key, ref in global_arrays.items():
-        a = arrays[key]
-        if a.shape != ref.shape:
-            return None, f"{key} has shape {a.shape}, expected {ref.shape}"
-        if np.issubdtype(ref.dtype, np.floating) and not np.all(np.isfinite(a)):
-            return None, f"{key} {NONFINITE}"
-    extras = {}
-    for name, record in content.array_records.items():
-        if name == keys.ARRAYS:
-            continue
-        extra = record_to_numpy(record)
-        for key, a in extra.items():
-            if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
-                return None, f"{name}/{key} {NONFINITE}"
-        extras[name] = extra
-    return ClientUpdate(client=-1, num_examples=int(n), arrays=arrays, metrics=metrics, extras=extras), ""
 
 
 class FedFlex(Strategy):
@@ -150,6 +116,13 @@ class FedFlex(Strategy):
         ``client_lr(round, session start round)``: the learning rate every train message
         of the round carries as ``client.lr`` (a schedule, ``ClientConfig.lr_at``), also
         logged as ``client_lr``. None: the train config's own ``client.lr`` (constant).
+    reply_limits
+        What a training reply may carry (:class:`~strategies.replies.ReplyLimits`; the
+        local rule's records and metrics are added from ``server_rule``). None: the
+        defaults (no bound on ``num-examples`` beyond a finite integer >= 1).
+    clip_norm
+        Scale each client's update (reply - global model) down to this L2 norm before
+        any part sees it (None: no clipping); clipped clients are logged as ``clipped``.
     """
 
     def __init__(
@@ -168,6 +141,8 @@ class FedFlex(Strategy):
         local_rule: str = "sgd",
         query_timeout: float = 60.0,
         client_lr: Optional[Callable[[int, int], float]] = None,
+        reply_limits: Optional[ReplyLimits] = None,
+        clip_norm: Optional[float] = None,
     ) -> None:
         self.sampler = sampler
         self.aggregator = aggregator
@@ -181,6 +156,9 @@ class FedFlex(Strategy):
         self.on_too_few = on_too_few
         self.local_rule = local_rule
         self.client_lr = client_lr
+        records, metrics = server_rule.reply_needs() if server_rule is not None else ((), ())
+        self.reply_limits = dataclasses.replace(reply_limits or ReplyLimits(), records=records, metrics=metrics)
+        self.clip_norm = clip_norm
         self.nodes = NodeDirectory(num_clients, query_timeout=query_timeout)
         self.global_arrays: "OrderedDict[str, np.ndarray]" = OrderedDict()
         self.record: Optional[RoundRecord] = None  # the round in progress, then the last one (parts, observers)
@@ -212,7 +190,11 @@ class FedFlex(Strategy):
         )
         log(INFO, "\t│\t├── aggregator: %s", self.aggregator.summary())
         log(INFO, "\t│\t├── initializer: %s", self.initializer.summary())
-        log(INFO, "\t│\t└── local rule: %s", self.local_rule)
+        log(INFO, "\t│\t├── local rule: %s", self.local_rule)
+        limits = self.reply_limits
+        bound = f"<= {limits.cap}" if limits.cap is not None else ("<= partition size" if limits.sizes else "unbounded")
+        clip = "off" if self.clip_norm is None else f"L2 norm <= {self.clip_norm}"
+        log(INFO, "\t│\t└── replies: num-examples %s; update clipping %s", bound, clip)
         churn = type(self.availability).__name__ if self.availability else "live nodes"
         log(INFO, "\t└──> online set: %s; min clients %d (%s below)", churn, self.min_clients, self.on_too_few)
 
@@ -329,7 +311,12 @@ class FedFlex(Strategy):
             client = self.nodes.client_of(reply.metadata.src_node_id)
             if client is None or reply.has_error() or keys.METRICS not in reply.content.metric_records:
                 continue
-            out[client] = dict(reply.content[keys.METRICS])
+            metrics = dict(reply.content[keys.METRICS])
+            problem = num_examples_problem(metrics.get(keys.NUM_EXAMPLES), self.reply_limits.bound(client))
+            if problem:
+                log(WARNING, "round %d: query reply of client %d rejected: %s", server_round, client, problem)
+                continue
+            out[client] = metrics
         return out
 
     def probe(
@@ -354,11 +341,11 @@ class FedFlex(Strategy):
             client = self.nodes.client_of(reply.metadata.src_node_id)
             if client is None or reply.has_error():
                 continue
-            update, reason = check_reply(reply.content, arrays)
+            plain = dataclasses.replace(self.reply_limits, records=(), metrics=())  # probes run plain SGD
+            update, reason = check_reply(reply.content, arrays, plain, client)
             if update is None:
                 log(WARNING, "round %d: probe reply of client %d rejected: %s", server_round, client, reason)
                 continue
-            update.client = client
             out.append(update)
         return sorted(out, key=lambda u: u.client)
 
@@ -426,23 +413,18 @@ class FedFlex(Strategy):
                 log(WARNING, "round %d: client %s (node %d) failed: %s", server_round, client, node, reply.error.reason)
                 record.failed.append(-1 if client is None else client)
                 continue
-            update, reason = check_reply(reply.content, self.global_arrays)
+            update, reason = check_reply(reply.content, self.global_arrays, self.reply_limits, client)
             if update is None and reason.endswith(NONFINITE):
                 record.extra["rejected_nonfinite"] = record.extra.get("rejected_nonfinite", 0) + 1
             if update is None or client is None:
-                log(
-                    WARNING,
-                    "round %d: reply of client %s (node %d) rejected: %s",
-                    server_round,
-                    client,
-                    node,
-                    reason or "unknown node",
-                )
+                reason = reason or "unknown node"
+                log(WARNING, "round %d: reply of client %s (node %d) rejected: %s", server_round, client, node, reason)
                 record.failed.append(-1 if client is None else client)
+                record.rejected.append([-1 if client is None else client, reason])
                 continue
-            update.client = client
             updates.append(update)
         updates.sort(key=lambda u: u.client)
+        record.rejected.sort(key=lambda r: r[0])
         trained = {u.client for u in updates}
         record.failed = sorted(set(record.failed))
         record.sampled = [c for c in record.sampled if c in trained]
@@ -452,6 +434,8 @@ class FedFlex(Strategy):
             return None
         for u in updates:
             self.sizes[u.client] = u.num_examples
+        if self.clip_norm is not None:
+            record.extra["clipped"] = self._clip(updates)
         if self.server_rule is not None:
             self.server_rule.observe(server_round, updates, self.global_arrays)
         new = self.aggregator.aggregate(server_round, self.global_arrays, updates)
@@ -478,6 +462,15 @@ class FedFlex(Strategy):
         if draws:  # client.epochs_range / batch_size_range: [client, epochs, batch size, steps], by client
             record.extra["local_draws"] = draws
         return new
+
+    def _clip(self, updates: list[ClientUpdate]) -> list[int]:
+        """Clip every update to ``clip_norm`` (in place); the clients that were clipped."""
+        clipped = []
+        for u in updates:
+            u.arrays, norm = clip_update(u.arrays, self.global_arrays, self.clip_norm)
+            if norm > self.clip_norm:
+                clipped.append(u.client)
+        return clipped
 
     # ------------------------------------------------------------------ Flower's Strategy API
     # Thin adapters for Flower's own ``Strategy.start`` loop; fedflex's loop is :meth:`start`.

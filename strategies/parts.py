@@ -156,6 +156,15 @@ class Aggregator(Part):
         return {}
 
 
+#: what each local rule's training replies carry besides the model: (array records, metrics)
+RULE_REPLIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "scaffold": ((keys.SCAFFOLD_DC,), ()),
+    "fednova": ((keys.FEDNOVA_D,), (keys.FEDNOVA_A_NORM,)),
+    "bherd": ((keys.HERD_G,), (keys.HERD_TAU, keys.HERD_K, keys.HERD_ALPHA_I)),
+    "grab": ((keys.HERD_G,), (keys.HERD_TAU, keys.HERD_K, keys.HERD_ALPHA_I)),
+}
+
+
 class ServerRule(Part):
     """The server half of a local rule: it adds the rule's options to every train message
     (one typed object, :class:`~fedflex.config.LocalRuleConfig`, the fields the rule
@@ -179,6 +188,15 @@ class ServerRule(Part):
 
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
         """See the round's validated replies (before the aggregator)."""
+
+    def reply_needs(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The array records and metrics every training reply of this rule carries
+        (:data:`RULE_REPLIES`; BHerd on SCAFFOLD also sends ``scaffold-dc``); a reply
+        without one of them, or with another array record, is rejected."""
+        records, metrics = RULE_REPLIES.get(self.options.name, ((), ()))
+        if self.options.name == "bherd" and self.options.bherd_base == "scaffold":
+            records += (keys.SCAFFOLD_DC,)
+        return records, metrics
 
 
 class ModelStateRule(ServerRule):

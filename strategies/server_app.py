@@ -188,7 +188,8 @@ def _run_server(
     info = ModelInfo(
         output_bias_key=output_bias_key(model), num_classes=data.train.num_classes, input_shape=data.train.input_shape
     )
-    strategy = build_strategy(cfg, availability, info)
+    sizes = {client: len(ix) for client, ix in enumerate(partition.indices)}  # what each client holds
+    strategy = build_strategy(cfg, availability, info, client_sizes=sizes)
     initial = ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()})
     first_round = 1
     if resume is not None:

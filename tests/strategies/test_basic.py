@@ -8,8 +8,8 @@ from flwr.app import MetricRecord, RecordDict
 
 from fedflex.arrays import flatten, numpy_to_record, record_to_numpy, unflatten
 from strategies.basic import FedAvgAggregator, UniformSampler, weighted_average
-from strategies.fedflex import check_reply
 from strategies.parts import ClientUpdate
+from strategies.replies import check_reply
 
 
 def _model(w, b, counter=0):
@@ -95,7 +95,7 @@ def test_check_reply_accepts_a_good_reply():
         (_model([np.inf, 0.0], [0.0]), 10, "NaN or Inf"),
         (_model([1.0, 2.0, 3.0], [0.0]), 10, "shape"),
         (OrderedDict(w=np.zeros(2, np.float32)), 10, "names differ"),
-        (_model([1.0, 2.0], [0.0]), 0, "not positive"),
+        (_model([1.0, 2.0], [0.0]), 0, "must be >= 1"),
     ],
 )
 def test_check_reply_rejects_bad_replies(arrays, n, fragment):

@@ -1,4 +1,5 @@
-"""Fault injection for the loopback tests: a SuperNode whose ClientApp sends NaN weights.
+"""Fault injection for the loopback tests: a SuperNode whose ClientApp sends NaN weights
+(``FEDFLEX_FAULT=nan``) or says it trained on NaN examples (``FEDFLEX_FAULT=nan-examples``).
 
 In a Flower deployment every SuperNode runs the same app (the FAB of the run), so a
 "broken client" cannot be a different ClientApp. Instead the test starts one SuperNode
@@ -6,7 +7,7 @@ with this directory on ``PYTHONPATH`` and ``FEDFLEX_FAULT=nan``: Python imports 
 ``sitecustomize`` in every process of that node (SuperNode, SuperExec, and each
 ``flwr-clientapp`` process, which inherit the environment), and once
 ``clients.rules`` is imported there, every local rule in ``LOCAL_RULES`` is wrapped so
-that the model it returns is all NaN. ``clients/client_app.py`` is unchanged; the other
+that the model it returns is all NaN (or its ``num-examples`` is NaN). ``clients/client_app.py`` is unchanged; the other
 SuperNodes are unaffected. Without ``FEDFLEX_FAULT`` this module does nothing.
 """
 
@@ -17,11 +18,18 @@ _TARGET = "clients.rules"
 
 
 def _poison(module) -> None:
+    import dataclasses
+
     import torch
+
+    fault = os.environ.get("FEDFLEX_FAULT")
 
     def wrap(rule):
         def broken(inp):
             out = rule(inp)
+            if fault == "nan-examples":
+                out.result = dataclasses.replace(out.result, num_examples=float("nan"))
+                return out
             tensors = list(inp.model.state_dict().values())
             if getattr(out, "arrays", None) is not None:
                 tensors += list(out.arrays.values())
@@ -35,7 +43,7 @@ def _poison(module) -> None:
 
     for name, rule in list(module.LOCAL_RULES.items()):
         module.LOCAL_RULES[name] = wrap(rule)
-    print(f"sitecustomize: FEDFLEX_FAULT=nan: {len(module.LOCAL_RULES)} local rules return NaN", file=sys.stderr)
+    print(f"sitecustomize: FEDFLEX_FAULT={fault}: {len(module.LOCAL_RULES)} local rules return NaN", file=sys.stderr)
 
 
 class _PoisonAfterImport:
@@ -64,5 +72,5 @@ class _PoisonAfterImport:
         return spec
 
 
-if os.environ.get("FEDFLEX_FAULT") == "nan":
+if os.environ.get("FEDFLEX_FAULT") in ("nan", "nan-examples"):
     sys.meta_path.insert(0, _PoisonAfterImport())
