@@ -36,7 +36,9 @@ from fedflex.arrays import numpy_to_record
 from fedflex.churn import make_availability
 from fedflex.config import ConfigError, ScenarioConfig, load_scenario, to_yaml
 from fedflex.data import FederatedData, load_dataset
+from fedflex.launch.deploy.processes import exit_when_orphaned
 from fedflex.models import build_model, output_bias_key
+from fedflex.node_keys import read_binding
 from fedflex.partition import partition_data
 from fedflex.progress import Progress
 from fedflex.records import to_record
@@ -146,6 +148,7 @@ def run_server(
     data: Optional[FederatedData] = None,
     resume: Optional[dict] = None,
     wrap_grid: Optional[Callable[[Grid, Callable[[int], Optional[int]]], Grid]] = None,
+    node_keys: Optional[Path] = None,
 ) -> Result:
     """Run the scenario's rounds on ``grid``; write results to ``out_dir`` (if given).
 
@@ -153,6 +156,8 @@ def run_server(
     checkpoint (:func:`load_checkpoint`) to continue from; ``out_dir``'s metrics are kept
     up to its round. ``wrap_grid(grid, client_of)``: a Grid to use instead of ``grid``,
     given the node id -> client id lookup (the runner's cohort messages on Ray).
+    ``node_keys``: a binding file (:mod:`fedflex.node_keys`): a node serves a client id
+    only if it authenticated with the key bound to it.
     """
     clock = RunClock(resume.get("run_wall_s", 0.0) if resume is not None else 0.0)
     if type(grid).__name__ == "InMemoryGrid":
@@ -168,6 +173,9 @@ def run_server(
         output_bias_key=output_bias_key(model), num_classes=data.train.num_classes, input_shape=data.train.input_shape
     )
     strategy = build_strategy(cfg, availability, info)
+    if node_keys is not None:
+        strategy.nodes.bindings = read_binding(node_keys, cfg.num_clients)
+        logger.info("partition ids bound to the node keys in %s", node_keys)
     initial = ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()})
     first_round = 1
     if resume is not None:
@@ -346,12 +354,14 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """Entry point under ``flwr run``: the scenario (or the run to resume) comes from the
     run config."""
+    exit_when_orphaned()  # a ServerApp whose SuperLink is gone must not run on
     run_config = context.run_config
+    node_keys = Path(str(run_config["node-keys"])) if run_config.get("node-keys") else None
     resume = str(run_config.get("resume", ""))
     if resume:
         cfg, checkpoint = resume_point(Path(resume))
         logger.info("resuming %s after round %d", resume, checkpoint["round"])
-        run_server(grid, cfg, Path(resume), resume=checkpoint)
+        run_server(grid, cfg, Path(resume), resume=checkpoint, node_keys=node_keys)
         return
     cfg = flwr_run_scenario(run_config)
-    run_server(grid, cfg, results_dir(run_config, cfg.name))
+    run_server(grid, cfg, results_dir(run_config, cfg.name), node_keys=node_keys)
