@@ -146,6 +146,8 @@ def read_metrics(out_dir: Path) -> list[dict[str, Any]]:
 def summarize(rows: list[dict[str, Any]], extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The headline figures of a run from its rows."""
     extra_rounds = sum(1 for r in rows if r.get("phase", "train") != "train")
+    # error replies of every round (a node gone, a ClientApp that raised): round, client, node, reason
+    failures = [{"round": r["round"], **f} for r in rows for f in r.get("node_failures", [])]
     rows = [r for r in rows if r.get("phase", "train") == "train"]
     evaluated = [r for r in rows if r.get("test_accuracy") is not None]
     summary: dict[str, Any] = {
@@ -159,6 +161,7 @@ def summarize(rows: list[dict[str, Any]], extra: Optional[dict[str, Any]] = None
         "best_test_accuracy": max((r["test_accuracy"] for r in evaluated), default=None),
         "total_wall_s": sum(r.get("wall_s", 0.0) for r in rows),
         "mean_online": float(np.mean([len(r["online"]) for r in rows])) if rows else 0.0,
+        "node_failures": failures,
     }
     # e-LUDD (FedAWARE paper): mean e-LUD over the train rounds that have one
     lud = [r["e_lud"] for r in rows if r.get("phase", "train") == "train" and r.get("e_lud") is not None]

@@ -412,6 +412,9 @@ class FedFlex(Strategy):
             if reply.has_error():
                 log(WARNING, "round %d: client %s (node %d) failed: %s", server_round, client, node, reply.error.reason)
                 record.failed.append(-1 if client is None else client)
+                # the reason in the results (summary.json's node_failures), not only in a log
+                failure = {"client": client, "node": node, "code": reply.error.code, "error": reply.error.reason}
+                record.extra.setdefault("node_failures", []).append(failure)
                 continue
             update, reason = check_reply(reply.content, self.global_arrays, self.reply_limits, client)
             if update is None and reason.endswith(NONFINITE):

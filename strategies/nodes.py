@@ -16,6 +16,11 @@ serving one client. It is held back, not forgotten: when the first node leaves t
 the client id over, which is how a SuperNode restarted after a crash comes back.
 :meth:`NodeDirectory.wait_for` lets a deployment wait (bounded) for its first nodes
 before round 1, instead of starting with whoever happened to be connected.
+
+With a key binding (:mod:`fedflex.node_keys`, authenticated deployments) a node's claim
+counts only if the public key it authenticated with (``Grid.get_nodes()``) is the one
+bound to the claimed partition id; a node that fails the check is refused (logged as an
+error once) and not asked again while it stays connected.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from fedflex import keys
+from fedflex.node_keys import fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +57,20 @@ class NodeDirectory:
         self.client_to_node: dict[int, int] = {}
         self.unanswered: dict[int, float] = {}  # node -> when it was last asked
         self.duplicates: dict[int, int] = {}  # live node -> client id a live other node serves
+        #: partition id -> key fingerprint (None: a node's claim is taken as it is)
+        self.bindings: Optional[dict[int, str]] = None
+        self.refused: dict[int, int] = {}  # live node -> the client id it claimed against the binding
+        self._public_keys: dict[int, bytes] = {}
         self._registering_since: Optional[float] = None
 
     def refresh(self, grid: Grid) -> None:
         """Drop departed nodes, identify new ones (and unanswered ones again after
         ``retry_after`` seconds)."""
-        live = set(grid.get_node_ids())
+        if self.bindings is not None:  # one Runtime API call for the ids and the keys
+            self._public_keys = {int(info.node_id): bytes(info.public_key) for info in grid.get_nodes()}
+            live = set(self._public_keys)
+        else:
+            live = set(grid.get_node_ids())
         for node in [n for n in self.node_to_client if n not in live]:
             client = self.node_to_client.pop(node)
             if self.client_to_node.get(client) == node:
@@ -65,6 +79,7 @@ class NodeDirectory:
         now = self.clock()
         self.unanswered = {n: t for n, t in self.unanswered.items() if n in live}
         self.duplicates = {n: c for n, c in self.duplicates.items() if n in live}
+        self.refused = {n: c for n, c in self.refused.items() if n in live}
         for node, client in sorted(self.duplicates.items()):
             if client not in self.client_to_node:  # the first holder left: take over
                 del self.duplicates[node]
@@ -74,9 +89,10 @@ class NodeDirectory:
             for n in sorted(live)
             if n not in self.node_to_client
             and n not in self.duplicates
+            and n not in self.refused
             and now - self.unanswered.get(n, -float("inf")) >= self.retry_after
         ]
-        if new and len(new) > self.SIMULATION_SHORTCUT_MIN:
+        if new and len(new) > self.SIMULATION_SHORTCUT_MIN and self.bindings is None:
             new = self._identify_simulated(grid, new)
         if new:
             self._identify(grid, new)
@@ -166,6 +182,12 @@ class NodeDirectory:
             except (KeyError, TypeError, ValueError):
                 logger.warning("node %d sent no %s; ignored", node, keys.PARTITION_ID)
                 continue
+            problem = self._key_problem(node, client)
+            if problem:
+                logger.error("node %d claims client id %d: refused, %s", node, client, problem)
+                self.refused[node] = client
+                answered.add(node)
+                continue
             if self._add(node, client) or node in self.duplicates:
                 answered.add(node)
         asked = self.clock()
@@ -174,6 +196,24 @@ class NodeDirectory:
         for node in answered:
             self.unanswered.pop(node, None)
         logger.info("identified %d new node(s); %d client id(s) online", len(answered), len(self.client_to_node))
+
+    def _key_problem(self, node: int, client: int) -> Optional[str]:
+        """Why ``node`` may not serve ``client`` under the key binding (None: it may)."""
+        if self.bindings is None:
+            return None
+        bound = self.bindings.get(client)
+        if bound is None:
+            return "no key is bound to that partition id"
+        key = self._public_keys.get(node, b"")
+        if not key:
+            return "the grid gives no public key for the node (not an authenticated deployment?)"
+        try:
+            actual = fingerprint(key)
+        except ValueError:
+            return "its public key cannot be read"
+        if actual != bound:
+            return f"it authenticated with key {actual}, but partition id {client} is bound to {bound}"
+        return None
 
     def _add(self, node: int, client: int) -> bool:
         """Map ``node`` to ``client``; False (ignored) when the id is out of range or

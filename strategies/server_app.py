@@ -37,7 +37,9 @@ from fedflex.arrays import numpy_to_record
 from fedflex.churn import make_availability
 from fedflex.config import ConfigError, ScenarioConfig, load_scenario, to_dict, to_yaml
 from fedflex.data import FederatedData, load_dataset
+from fedflex.launch.deploy.processes import exit_when_orphaned
 from fedflex.models import build_model, output_bias_key
+from fedflex.node_keys import read_binding
 from fedflex.partition import partition_data
 from fedflex.progress import Progress
 from fedflex.records import to_record
@@ -149,6 +151,7 @@ def run_server(
     resume: Optional[dict] = None,
     wrap_grid: Optional[Callable[[Grid, Callable[[int], Optional[int]]], Grid]] = None,
     recorder: Optional[Any] = None,
+    node_keys: Optional[Path] = None,
 ) -> Result:
     """Run the scenario's rounds on ``grid``; write results to ``out_dir`` (if given).
 
@@ -159,11 +162,13 @@ def run_server(
     ``recorder``: where rows, summary and final model go when ``out_dir`` is None
     (:class:`fedflex.results.MemoryRecorder`: the Python API's in-memory run). The run's
     log lines are copied to ``out_dir/run.log`` while it runs.
+    ``node_keys``: a binding file (:mod:`fedflex.node_keys`): a node serves a client id
+    only if it authenticated with the key bound to it.
     """
     action = "resuming" if resume is not None else "starting"
     first_line = f"fedflex {fedflex.__version__}: {action} {cfg.name} (seed {cfg.seed}, {cfg.rounds} rounds)"
     with run_log(out_dir, first_line):
-        return _run_server(grid, cfg, out_dir, data, resume, wrap_grid, recorder)
+        return _run_server(grid, cfg, out_dir, data, resume, wrap_grid, recorder, node_keys)
 
 
 def _run_server(
@@ -174,6 +179,7 @@ def _run_server(
     resume: Optional[dict],
     wrap_grid: Optional[Callable[[Grid, Callable[[int], Optional[int]]], Grid]],
     recorder: Optional[Any],
+    node_keys: Optional[Path],
 ) -> Result:
     clock = RunClock(resume.get("run_wall_s", 0.0) if resume is not None else 0.0)
     if type(grid).__name__ == "InMemoryGrid":
@@ -190,6 +196,9 @@ def _run_server(
     )
     sizes = {client: len(ix) for client, ix in enumerate(partition.indices)}  # what each client holds
     strategy = build_strategy(cfg, availability, info, client_sizes=sizes)
+    if node_keys is not None:
+        strategy.nodes.bindings = read_binding(node_keys, cfg.num_clients)
+        logger.info("partition ids bound to the node keys in %s", node_keys)
     initial = ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()})
     first_round = 1
     if resume is not None:
@@ -374,12 +383,14 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """Entry point under ``flwr run``: the scenario (or the run to resume) comes from the
     run config."""
+    exit_when_orphaned()  # a ServerApp whose SuperLink is gone must not run on
     run_config = context.run_config
+    node_keys = Path(str(run_config["node-keys"])) if run_config.get("node-keys") else None
     resume = str(run_config.get("resume", ""))
     if resume:
         cfg, checkpoint = resume_point(Path(resume))
         logger.info("resuming %s after round %d", resume, checkpoint["round"])
-        run_server(grid, cfg, Path(resume), resume=checkpoint)
+        run_server(grid, cfg, Path(resume), resume=checkpoint, node_keys=node_keys)
         return
     cfg = flwr_run_scenario(run_config)
-    run_server(grid, cfg, results_dir(run_config, cfg.name))
+    run_server(grid, cfg, results_dir(run_config, cfg.name), node_keys=node_keys)

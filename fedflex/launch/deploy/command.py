@@ -39,7 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help="SuperLink port on 127.0.0.1 (default: a free one)")
     parser.add_argument("--data-path", help="data-path node config of every SuperNode (dataset root)")
     parser.add_argument("--timeout", type=float, default=7200.0, help="seconds the run may take (default 7200)")
-    parser.add_argument("--workdir", help="logs and FLWR_HOMEs (default: a temporary directory, kept on failure)")
+    parser.add_argument(
+        "--workdir",
+        help="logs and FLWR_HOMEs (default: a temporary directory, removed on success; on failure its logs "
+        "are kept and its keys removed)",
+    )
     parser.add_argument("--verbose", action="store_true", help="progress of the start-up and the run's log lines")
 
 
@@ -159,6 +163,8 @@ def deploy_local(args: argparse.Namespace) -> int:
                 tls, keys_dir = TlsFiles.from_dir(Path(args.certs)), Path(args.certs).resolve() / "keys"
             else:
                 tls = make_certificates(workdir / "certs", num_keys=nodes if args.auth else 0)
+        if not args.auth:
+            _say(UNAUTHENTICATED)
         fed = LocalFederation(
             workdir,
             nodes,
@@ -206,7 +212,19 @@ def deploy_local(args: argparse.Namespace) -> int:
             if ok and not args.workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
             elif not ok:
-                _print(f"fedflex: logs kept in {workdir}")
+                removed = ""
+                if not args.workdir and (workdir / "certs").exists():
+                    # the CA's, the SuperLink's and the SuperNodes' private keys: not left in /tmp
+                    shutil.rmtree(workdir / "certs", ignore_errors=True)
+                    removed = " (its certificates and keys removed)"
+                _print(f"fedflex: logs kept in {workdir}{removed}")
+
+
+UNAUTHENTICATED = (
+    "warning: without --auth the SuperLink is plain HTTP with no node authentication: any local user can join "
+    "SuperNodes to it and list, stop and start runs with flwr; --auth adds TLS and registered node keys (Flower "
+    "1.41 has no user authentication for flwr ls/stop/run: see docs/deployment.md)"
+)
 
 
 def _progress_lines(line: str) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from fedflex.launch.deploy.certs import REPO_ROOT, TlsFiles
+from fedflex.node_keys import KeyBindingError, write_binding
 from fedflex.launch.deploy.processes import (
     LOOPBACK,
     DeployError,
@@ -29,6 +30,7 @@ from fedflex.launch.deploy.processes import (
     free_port,
     link_transport,
     port_open,
+    remember_families,
     stop_all,
     transport_mismatch,
     wait_until,
@@ -53,15 +55,19 @@ def node_config(partition_id: int, num_partitions: int, data_path: Optional[str]
     return " ".join(items)
 
 
-def run_config(scenario: str, overrides: Sequence[str] = (), out: str = "", resume: str = "") -> str:
+def run_config(
+    scenario: str, overrides: Sequence[str] = (), out: str = "", resume: str = "", node_keys: str = ""
+) -> str:
     """The ``--run-config`` string for fedflex's ServerApp (``scenario``, ``overrides``,
-    ``out``; or ``resume``: a results directory whose run continues from its checkpoint)."""
+    ``out``; or ``resume``: a results directory whose run continues from its checkpoint;
+    ``node_keys``: a binding file of partition ids to node keys, see
+    :mod:`fedflex.node_keys`)."""
     if resume:
-        if '"' in resume:
-            raise DeployError(f"resume {resume!r}: double quotes cannot pass through flwr's --run-config")
-        return f'resume="{resume}"'
-    joined = " ".join(shlex.quote(o) for o in overrides)
-    values = {"scenario": scenario, "overrides": joined, "out": out}
+        values = {"resume": resume}
+    else:
+        values = {"scenario": scenario, "overrides": " ".join(shlex.quote(o) for o in overrides), "out": out}
+    if node_keys:
+        values["node-keys"] = node_keys
     for key, value in values.items():
         if '"' in value:
             raise DeployError(f"{key} {value!r}: double quotes cannot pass through flwr's --run-config")
@@ -193,6 +199,10 @@ class LocalFederation:
         ``supernode-i.pub``) are registered before the SuperNodes start.
     keys_dir
         Where the SuperNode key pairs are (default ``workdir/certs/keys``).
+    bind_keys
+        With ``auth``: write ``workdir/node-keys.json`` (partition id i -> the
+        fingerprint of ``supernode-i.pub``) and give it to every run, so that a node
+        serves a partition id only with that id's key (:mod:`fedflex.node_keys`).
     superlink_port
         None: a free port.
     data_path
@@ -219,6 +229,7 @@ class LocalFederation:
     tls: Optional[TlsFiles] = None
     auth: bool = False
     keys_dir: Optional[Path] = None
+    bind_keys: bool = True
     superlink_port: Optional[int] = None
     data_path: Optional[str] = None
     supernode_prefix: Optional[Sequence[str]] = None
@@ -233,6 +244,7 @@ class LocalFederation:
     runtime_ports: dict[int, int] = field(default_factory=dict, init=False)
     extra: list[ManagedProcess] = field(default_factory=list, init=False)
     registered: set[str] = field(default_factory=set, init=False)
+    node_keys: Optional[Path] = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir).resolve()
@@ -288,11 +300,21 @@ class LocalFederation:
         if self.auth:
             for i in range(self.num_nodes):
                 self.register_key(self.key_path(i).with_suffix(".pub"), name=f"supernode-{i}")
+            if self.bind_keys:
+                self.write_key_binding()
         for i in range(self.num_nodes):
             self.start_supernode(i, wait=False)
         for i in range(self.num_nodes):
             self.wait_supernode(i)
+        self.watch()
         return self
+
+    def watch(self) -> None:
+        """Remember what the SuperLink and the SuperNodes have started so far (their
+        SuperExecs, the ServerApp and ClientApps): a process whose parent is killed from
+        outside is re-parented to init, and only what was remembered is stopped with the
+        rest. :meth:`wait_run` calls it twice a second."""
+        remember_families([p for p in (self.superlink, *self.nodes.values()) if p is not None])
 
     def start_superlink(self) -> ManagedProcess:
         assert self.superlink_port is not None
@@ -310,6 +332,17 @@ class LocalFederation:
             raise DeployError(f"the SuperLink exited with status {proc.returncode}:\n{proc.tail()}")
         logger.info("SuperLink listening on %s (%s)", self.address, "TLS" if self.tls else "insecure")
         return proc
+
+    def write_key_binding(self) -> Path:
+        """``workdir/node-keys.json``: partition id i -> fingerprint of ``supernode-i.pub``."""
+        try:
+            self.node_keys = write_binding(
+                self.workdir / "node-keys.json",
+                {i: self.key_path(i).with_suffix(".pub") for i in range(self.num_nodes)},
+            )
+        except KeyBindingError as exc:
+            raise DeployError(str(exc)) from None
+        return self.node_keys
 
     def register_key(self, public_key: Path, name: Optional[str] = None) -> None:
         """``flwr supernode register``: let the SuperNode holding this key's private half in."""
@@ -431,10 +464,13 @@ class LocalFederation:
     ) -> int:
         """``flwr run`` the scenario (or, with ``resume``, continue the run whose results are
         there from its checkpoint); returns the run id (the run goes on in the SuperLink)."""
+        keys = str(self.node_keys) if self.node_keys else ""
         if resume is not None:
-            config = run_config("", resume=str(Path(resume).resolve()))
+            config = run_config("", resume=str(Path(resume).resolve()), node_keys=keys)
         else:
-            config = run_config(str(Path(scenario).resolve()), overrides, str(Path(out).resolve()) if out else "")
+            config = run_config(
+                str(Path(scenario).resolve()), overrides, str(Path(out).resolve()) if out else "", node_keys=keys
+            )
         done = self.flwr("run", str(self.app_dir), CONNECTION, "--format", "json", "--run-config", config)
         payload = _json_from(done.stdout)
         if done.returncode != 0 or not payload or not payload.get("success"):
@@ -499,6 +535,7 @@ class LocalFederation:
                 if self.superlink is not None and not self.superlink.alive():
                     status, details = "superlink-exited", self.superlink.tail()
                     break
+                self.watch()
                 if printer:
                     printer.poll()
                 time.sleep(0.5)

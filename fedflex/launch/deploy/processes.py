@@ -4,10 +4,18 @@ Every component runs in its own session / process group, with stdout and stderr 
 ``WORKDIR/logs/<name>.log``. Stopping one sends SIGTERM to its process group and to the
 groups of all its descendants (Flower's SuperLink starts its SuperExec detached, in a
 session of its own), waits a grace period, then sends SIGKILL to whatever is left.
+
+No orphans: on Linux every component gets SIGKILL when the process that started it dies
+(``PR_SET_PDEATHSIG``), so a killed ``fedflex deploy local`` takes its SuperLink and
+SuperNodes with it; their own children (SuperExec, ServerApp, ClientApps) exit within
+seconds by Flower's parent-process monitors. Descendants are remembered while they run
+(:meth:`ManagedProcess.remember_family`), so the ServerApp of a SuperLink killed from
+outside, re-parented to init, is still found and stopped with the rest.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import shlex
@@ -17,6 +25,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -162,6 +171,41 @@ def _proc_table() -> dict[int, tuple[int, int, int, str]]:
     return table
 
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _load_prctl():
+    """libc's prctl on Linux (None elsewhere), looked up before any fork: the child
+    between fork and exec must not import or load anything."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+_PRCTL = _load_prctl()
+
+
+def _die_with_parent(parent: int):
+    """A ``preexec_fn``: the child gets SIGKILL when ``parent`` (the starting thread's
+    process) dies, and exits at once if it already has. None where unsupported."""
+    if _PRCTL is None:
+        return None
+    prctl = _PRCTL
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
 def _descendants(pid: int, table: Mapping[int, tuple[int, int, int, str]]) -> set[int]:
     children: dict[int, list[int]] = {}
     for p, (ppid, *_rest) in table.items():
@@ -208,6 +252,7 @@ class ManagedProcess:
                 env=dict(env),
                 cwd=str(cwd) if cwd else None,
                 start_new_session=True,
+                preexec_fn=_die_with_parent(os.getpid()),  # noqa: PLW1509 - one prctl, no locks
             )
         self.pid = self.popen.pid
         self.family: dict[int, int] = {}  # pid -> start time of every process seen under it
@@ -234,10 +279,11 @@ class ManagedProcess:
     def tail(self, lines: int = 15) -> str:
         return "\n".join(self.output().rstrip().splitlines()[-lines:])
 
-    def remember_family(self) -> None:
-        """Record the current descendants and their process groups (before signalling:
-        orphans are re-parented and could not be found afterwards)."""
-        table = _proc_table()
+    def remember_family(self, table: Optional[Mapping[int, tuple[int, int, int, str]]] = None) -> None:
+        """Record the current descendants and their process groups (before signalling,
+        and while the process runs: orphans are re-parented and could not be found
+        afterwards). ``table``: a :func:`_proc_table` shared by several calls."""
+        table = _proc_table() if table is None else table
         for p in _descendants(self.pid, table):
             ppid, pgid, start, _state = table[p]
             self.family[p] = start
@@ -288,6 +334,13 @@ class ManagedProcess:
             logger.warning("%s (pid %d) survived SIGKILL for 10 s", self.name, self.pid)
 
 
+def remember_families(processes: Sequence[ManagedProcess]) -> None:
+    """:meth:`ManagedProcess.remember_family` of several processes with one scan of /proc."""
+    table = _proc_table()
+    for proc in processes:
+        proc.remember_family(table)
+
+
 def stop_all(processes: Sequence[ManagedProcess], grace: float = 5.0) -> None:
     """Stop several processes at once: SIGTERM to all, wait up to ``grace`` seconds for
     all, SIGKILL what is left (with everything it started), reap."""
@@ -308,6 +361,31 @@ def stop_all(processes: Sequence[ManagedProcess], grace: float = 5.0) -> None:
         proc._signal(signal.SIGKILL)
     for proc in processes:
         proc.reap()
+
+
+def exit_when_orphaned(grace: float = 10.0, interval: float = 0.5) -> threading.Thread:
+    """End this process ``grace`` seconds after its parent died (a daemon thread).
+
+    For the ServerApp under ``flwr run``: its parent is the SuperLink's SuperExec, which
+    ends with the SuperLink. Flower's own monitor asks the ServerApp to exit when that
+    pid no longer exists, but a dead parent that nobody reaps still exists (a zombie),
+    and an exit that hangs is never forced, so an orphaned ServerApp ran on for minutes,
+    holding its results directory. The parent's death is seen here as re-parenting (the
+    parent pid changes, at once, reaped or not); Flower's graceful exit gets ``grace``
+    seconds, then the process exits with status 1 (its last checkpoint stays)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        logger.error("the process that started this one (pid %d) is gone: exiting within %.0f s", parent, grace)
+        time.sleep(grace)
+        logging.shutdown()
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="exit-when-orphaned", daemon=True)
+    thread.start()
+    return thread
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
