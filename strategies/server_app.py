@@ -37,9 +37,9 @@ from fedflex.arrays import numpy_to_record
 from fedflex.churn import make_availability
 from fedflex.config import ConfigError, ScenarioConfig, load_scenario, to_dict, to_yaml
 from fedflex.data import FederatedData, load_dataset
-from fedflex.launch.deploy.processes import exit_when_orphaned
 from fedflex.models import build_model, output_bias_key
 from fedflex.node_keys import read_binding
+from fedflex.orphans import exit_when_orphaned
 from fedflex.partition import partition_data
 from fedflex.progress import Progress
 from fedflex.records import to_record

@@ -112,7 +112,7 @@ ORPHAN = textwrap.dedent(
         print(child.pid, flush=True)
         time.sleep(120)
     else:
-        from fedflex.launch.deploy.processes import exit_when_orphaned
+        from fedflex.orphans import exit_when_orphaned
         exit_when_orphaned(grace=0.5, interval=0.1)
         time.sleep(120)
     """

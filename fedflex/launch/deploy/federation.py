@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from fedflex.launch.deploy.certs import REPO_ROOT, TlsFiles
-from fedflex.node_keys import KeyBindingError, write_binding
 from fedflex.launch.deploy.processes import (
     LOOPBACK,
     DeployError,
@@ -35,6 +34,7 @@ from fedflex.launch.deploy.processes import (
     transport_mismatch,
     wait_until,
 )
+from fedflex.node_keys import KeyBindingError, write_binding
 
 logger = logging.getLogger(__name__)
 

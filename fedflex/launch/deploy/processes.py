@@ -25,7 +25,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -361,31 +360,6 @@ def stop_all(processes: Sequence[ManagedProcess], grace: float = 5.0) -> None:
         proc._signal(signal.SIGKILL)
     for proc in processes:
         proc.reap()
-
-
-def exit_when_orphaned(grace: float = 10.0, interval: float = 0.5) -> threading.Thread:
-    """End this process ``grace`` seconds after its parent died (a daemon thread).
-
-    For the ServerApp under ``flwr run``: its parent is the SuperLink's SuperExec, which
-    ends with the SuperLink. Flower's own monitor asks the ServerApp to exit when that
-    pid no longer exists, but a dead parent that nobody reaps still exists (a zombie),
-    and an exit that hangs is never forced, so an orphaned ServerApp ran on for minutes,
-    holding its results directory. The parent's death is seen here as re-parenting (the
-    parent pid changes, at once, reaped or not); Flower's graceful exit gets ``grace``
-    seconds, then the process exits with status 1 (its last checkpoint stays)."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(interval)
-        logger.error("the process that started this one (pid %d) is gone: exiting within %.0f s", parent, grace)
-        time.sleep(grace)
-        logging.shutdown()
-        os._exit(1)
-
-    thread = threading.Thread(target=watch, name="exit-when-orphaned", daemon=True)
-    thread.start()
-    return thread
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.2) -> bool:
