@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -113,9 +112,9 @@ def write_state(path: Path, obj: Any) -> None:
     data, arrays = encode(obj)
     text = json.dumps(data, allow_nan=False)
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # not mkstemp: the usual permissions
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with open(tmp, "wb") as fh:
             np.savez(fh, **{STATE_ENTRY: np.frombuffer(text.encode("utf-8"), dtype=np.uint8)}, **arrays)
             fh.flush()
             os.fsync(fh.fileno())
