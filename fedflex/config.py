@@ -1010,7 +1010,7 @@ class OutputConfig:
     """Where results go: ``dir`` (default ``runs/<name>-<timestamp>``), PNG plots, progress.
 
     ``checkpoint_every``: save the server state (global model, parts' state, session
-    tracker, round) every k rounds to ``checkpoint.pkl`` (0: never); ``fedflex run
+    tracker, round) every k rounds to ``checkpoint.npz`` (0: never); ``fedflex run
     --resume DIR`` continues from it. The final model is always saved (``model.npz``).
 
     ``trackers``: experiment trackers that also receive the run (:mod:`fedflex.tracking`):

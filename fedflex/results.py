@@ -28,6 +28,8 @@ SUMMARY_FILE = "summary.json"
 MODEL_FILE = "model.npz"
 ACCURACY_PLOT = "accuracy.png"
 CHURN_PLOT = "churn.png"
+CHECKPOINT_FILE = "checkpoint.npz"  # strategies.server_app.save_checkpoint
+LEGACY_CHECKPOINT_FILE = "checkpoint.pkl"  # a pickle (fedflex before issue 26): never loaded
 
 
 def _clean(value: Any) -> Any:
@@ -43,41 +45,94 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _write_atomic(path: Path, data: bytes) -> None:
+    """``data`` into ``path`` through a temporary file and ``os.replace``: ``path`` is
+    whole or absent (an earlier version stays) even when the disk fills up; the
+    temporary file is removed on failure."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+
+
+def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """``np.savez`` of ``arrays`` into ``path``, atomically (see :func:`_write_atomic`)."""
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    _write_atomic(Path(path), buf.getvalue())
+
+
+def append_line(fd: int, line: str) -> None:
+    """Append ``line`` (ending in a newline) to the file open as ``fd`` (``O_APPEND``)
+    whole or not at all: when a write fails (a full disk), what it wrote is cut off
+    again before the error goes on; then synced to disk."""
+    data = line.encode("utf-8")
+    size = os.fstat(fd).st_size
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        try:
+            os.ftruncate(fd, size)
+        except OSError:
+            pass
+        raise
+
+
 class RunRecorder:
-    """Writes one run's directory."""
+    """Writes one run's directory.
+
+    Every file is whole or absent, also when the disk fills up: config.yaml and
+    summary.json are written through a temporary file, and a row of metrics.jsonl is
+    appended whole or cut off again (:func:`append_line`).
+    """
 
     def __init__(self, out_dir: Path, config_yaml: str, keep_until: Optional[int] = None) -> None:
         """``keep_until``: resume a run: keep the existing rows of rounds <= it (and drop
-        later ones, written after the checkpoint); None: a new run."""
+        later ones, written after the checkpoint, and a torn last line); None: a new run."""
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        (self.out_dir / CONFIG_FILE).write_text(config_yaml)
+        _write_atomic(self.out_dir / CONFIG_FILE, config_yaml.encode("utf-8"))
         self.rows: list[dict[str, Any]] = []
         if keep_until is not None and (self.out_dir / METRICS_FILE).is_file():
             self.rows = [r for r in read_metrics(self.out_dir) if r["round"] <= keep_until]
-        tmp = self.out_dir / (METRICS_FILE + ".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
-        os.replace(tmp, self.out_dir / METRICS_FILE)
-        self._metrics = open(self.out_dir / METRICS_FILE, "a", encoding="utf-8")
+        _write_atomic(self.out_dir / METRICS_FILE, "".join(json.dumps(r) + "\n" for r in self.rows).encode("utf-8"))
+        self._metrics: Optional[int] = os.open(self.out_dir / METRICS_FILE, os.O_WRONLY | os.O_APPEND)
 
     def log_round(self, row: dict[str, Any]) -> None:
         row = _clean(row)
+        if self._metrics is None:
+            raise RuntimeError("RunRecorder.log_round after finish")
+        append_line(self._metrics, json.dumps(row) + "\n")
         self.rows.append(row)
-        self._metrics.write(json.dumps(row) + "\n")
-        self._metrics.flush()
-        os.fsync(self._metrics.fileno())
+
+    def close(self) -> None:
+        """Close metrics.jsonl (idempotent)."""
+        if self._metrics is not None:
+            os.close(self._metrics)
+            self._metrics = None
 
     def save_model(self, arrays: dict[str, np.ndarray]) -> None:
-        """The final global model as model.npz."""
-        np.savez(self.out_dir / MODEL_FILE, **arrays)
+        """The final global model as model.npz (atomically: whole or absent)."""
+        save_arrays(self.out_dir / MODEL_FILE, arrays)
 
     def finish(self, summary: dict[str, Any], timeline: Optional[np.ndarray] = None, plots: bool = True) -> None:
         """Write summary.json (and plots); close the metrics file."""
-        self._metrics.close()
-        path = self.out_dir / SUMMARY_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(_clean(summary), indent=2) + "\n")
-        os.replace(tmp, path)
+        self.close()
+        _write_atomic(self.out_dir / SUMMARY_FILE, (json.dumps(_clean(summary), indent=2) + "\n").encode("utf-8"))
         if plots:
             try:
                 title = plot_title(summary)
@@ -138,9 +193,27 @@ def default_out_dir(name: str) -> Path:
 
 
 def read_metrics(out_dir: Path) -> list[dict[str, Any]]:
-    """The rows of a run's metrics.jsonl."""
-    with open(Path(out_dir) / METRICS_FILE, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    """The rows of a run's metrics.jsonl. A torn last line (a run that stopped while
+    writing it, a full disk) is left out with a warning; a bad line elsewhere raises
+    ``ValueError`` naming it."""
+    path = Path(out_dir) / METRICS_FILE
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        lines = fh.read().split("\n")
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            if number == len(lines):  # no newline after it: the last write was cut short
+                logger.warning("%s: ignoring a torn last line (%d characters)", path, len(line))
+                break
+            raise ValueError(f"{path}, line {number}: not a JSON row ({exc})") from None
+        if not isinstance(row, dict) or "round" not in row:
+            raise ValueError(f"{path}, line {number}: not a metrics row")
+        rows.append(row)
+    return rows
 
 
 def summarize(rows: list[dict[str, Any]], extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:

@@ -10,16 +10,14 @@ Two ways in:
   results directory with a checkpoint): the run continues there, on the federation, from
   its last checkpoint, as configured in its ``config.yaml``. Under ``flwr run`` a
   checkpoint is saved after every round unless the scenario or the overrides set
-  ``output.checkpoint_every`` (a deployment's round takes seconds; the checkpoint, a
-  pickle of the server state, milliseconds).
+  ``output.checkpoint_every`` (a deployment's round takes seconds; the checkpoint,
+  ``checkpoint.npz`` with the server state's arrays and the rest as JSON, milliseconds).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import pickle
 import shlex
 from dataclasses import asdict
 from pathlib import Path
@@ -43,8 +41,21 @@ from fedflex.orphans import exit_when_orphaned
 from fedflex.partition import partition_data
 from fedflex.progress import Progress
 from fedflex.records import to_record
-from fedflex.results import RunRecorder, default_out_dir, summarize, transition_summary, unusable_out_dir
+from fedflex.results import (
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    LEGACY_CHECKPOINT_FILE,
+    MODEL_FILE,
+    SUMMARY_FILE,
+    RunRecorder,
+    default_out_dir,
+    summarize,
+    transition_summary,
+    unusable_out_dir,
+)
+from fedflex.rundir import RunDirError, RunDirLock
 from fedflex.runinfo import provenance, run_log
+from fedflex.statefile import StateFileError, read_state, write_state
 from fedflex.tracking import open_trackers
 from strategies.build import ModelInfo, build_strategy
 from strategies.observers import Checkpointer, EachRound, RowWriter, RunClock, StopRules, TestSetEvaluation, Tracking
@@ -85,42 +96,61 @@ def initial_model(cfg: ScenarioConfig, input_shape: tuple[int, ...], num_classes
     return build_model(cfg.model, input_shape, num_classes)
 
 
-CHECKPOINT_FILE = "checkpoint.pkl"
-
-
 class CheckpointError(RuntimeError):
     """A checkpoint file that cannot be read back."""
 
 
+CHECKPOINT_FORMAT = "fedflex-checkpoint"
+CHECKPOINT_VERSION = 1
+
+
 def save_checkpoint(out_dir: Path, server_round: int, strategy, run_wall_s: float = 0.0) -> None:
-    """The server state after ``server_round`` (atomic write); ``run_wall_s``: the run's
-    wall time so far (summed over resumes)."""
-    path = Path(out_dir) / CHECKPOINT_FILE
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as fh:
-        pickle.dump({"round": server_round, "strategy": strategy.state_dict(), "run_wall_s": run_wall_s}, fh)
-    os.replace(tmp, path)
+    """The server state after ``server_round`` (atomic write, :func:`fedflex.statefile.write_state`:
+    the arrays in an ``.npz``, the rest as JSON; nothing that loading could execute);
+    ``run_wall_s``: the run's wall time so far (summed over resumes)."""
+    state = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "round": server_round,
+        "strategy": strategy.state_dict(),
+        "run_wall_s": run_wall_s,
+    }
+    write_state(Path(out_dir) / CHECKPOINT_FILE, state)
 
 
 def load_checkpoint(out_dir: Path) -> dict:
-    """A run directory's checkpoint (written by :func:`save_checkpoint`).
+    """A run directory's checkpoint (written by :func:`save_checkpoint`), read without
+    unpickling anything. A ``checkpoint.pkl`` of an older fedflex is refused unread.
 
     Raises
     ------
     CheckpointError
-        When the file is missing, truncated, or not a fedflex checkpoint.
+        When the file is missing, damaged, not a fedflex checkpoint, or an old pickle.
     """
     path = Path(out_dir) / CHECKPOINT_FILE
+    legacy = Path(out_dir) / LEGACY_CHECKPOINT_FILE
+    if not path.is_file() and legacy.is_file():
+        raise CheckpointError(
+            f"{legacy} is a pickle checkpoint of an older fedflex and is not loaded (loading a pickle can run "
+            "code): start the run again, or resume it with the fedflex version that wrote it"
+        )
     try:
-        with open(path, "rb") as fh:
-            checkpoint = pickle.load(fh)
+        checkpoint = read_state(path)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such file") from None
-    except Exception as exc:  # truncated / random bytes raise many types
-        reason = " ".join(str(exc).split())  # one line, whatever the unpickler says
-        raise CheckpointError(f"{path} is damaged ({type(exc).__name__}: {reason}); it cannot be resumed") from None
-    if not isinstance(checkpoint, dict) or not {"round", "strategy"} <= set(checkpoint):
+    except StateFileError as exc:
+        raise CheckpointError(f"{exc}; it cannot be resumed") from None
+    if (
+        not isinstance(checkpoint, dict)
+        or checkpoint.get("format") != CHECKPOINT_FORMAT
+        or not {"round", "strategy"} <= set(checkpoint)
+    ):
         raise CheckpointError(f"{path} is not a fedflex checkpoint; it cannot be resumed")
+    if checkpoint.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(
+            f"{path} is a checkpoint of format version {checkpoint.get('version')} (this fedflex reads "
+            f"{CHECKPOINT_VERSION}); it cannot be resumed"
+        )
     return checkpoint
 
 
@@ -139,7 +169,11 @@ def _with_trace_copy(cfg: ScenarioConfig, out_dir: Path) -> ScenarioConfig:
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / TRACE_FILE
     if Path(cfg.churn.trace).resolve() != target.resolve():
-        shutil.copyfile(cfg.churn.trace, target)
+        try:
+            shutil.copyfile(cfg.churn.trace, target)
+        except BaseException:  # a full disk: no partial copy left behind
+            target.unlink(missing_ok=True)
+            raise
     return dataclasses.replace(cfg, churn=dataclasses.replace(cfg.churn, trace=TRACE_FILE))
 
 
@@ -227,6 +261,7 @@ def _run_server(
             clock,
         )
     extra: dict[str, Any] = {"status": "failed"}
+    raising = False
     # Flower's simulation registers its nodes while the ServerApp already runs: wait for
     # all of them; a deployment waits for deployment.wait_for_nodes SuperNodes (bounded)
     simulated = type(grid).__name__ == "InMemoryGrid"
@@ -252,6 +287,9 @@ def _run_server(
             recorder.save_model(strategy.global_arrays)
         extra["status"] = "completed"  # unless a stop rule says otherwise (below)
         return result
+    except BaseException:
+        raising = True
+        raise
     finally:
         progress.close()
         extra.update(stops.fields)
@@ -274,7 +312,13 @@ def _run_server(
             )
             extra["transitions"] = transition_summary(recorder.rows, cfg.evaluation.transition_window)
             summary = summarize(recorder.rows, extra)
-            recorder.finish(summary, timeline=availability.timeline(cfg.rounds), plots=cfg.output.plots)
+            try:
+                recorder.finish(summary, timeline=availability.timeline(cfg.rounds), plots=cfg.output.plots)
+            except OSError as exc:
+                if not raising:
+                    raise
+                # the error on its way out says what happened (a full disk, most likely)
+                logger.info("summary.json not written either: %s", exc)
             if tracking is not None:
                 tracking.finish(summary)
 
@@ -320,27 +364,40 @@ def results_dir(run_config: Any, name: str) -> Path:
     return path
 
 
+def run_finished(out_dir: Path) -> bool:
+    """Whether the run in ``out_dir`` wrote its final model and a summary.json that does
+    not say ``failed`` (a run whose last files did not fit on the disk has not)."""
+    out_dir = Path(out_dir)
+    try:
+        summary = json.loads((out_dir / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(summary, dict) and summary.get("status") != "failed" and (out_dir / MODEL_FILE).is_file()
+
+
 def resume_point(out_dir: Path, option: str = "resume=") -> tuple[ScenarioConfig, dict]:
-    """The config and checkpoint to continue the run in ``out_dir`` with.
+    """The config and checkpoint to continue the run in ``out_dir`` with. A run whose
+    checkpoint is of its last round but whose model or summary is missing (a full
+    disk) is resumed too: it runs no round and writes them.
 
     Raises
     ------
     RunConfigError
-        No checkpoint there, a damaged one, a config that does not load, or a run that
-        already finished its rounds; nothing is changed.
+        No checkpoint there, a damaged one (or an old pickle), a config that does not
+        load, or a run that already finished; nothing is changed.
     """
     out_dir = Path(out_dir)
-    if not (out_dir / CHECKPOINT_FILE).is_file():
+    if not (out_dir / CHECKPOINT_FILE).is_file() and not (out_dir / LEGACY_CHECKPOINT_FILE).is_file():
         raise RunConfigError(f"{option}{out_dir}: no {CHECKPOINT_FILE} there (was output.checkpoint_every 0?)")
     try:
-        cfg = load_scenario(out_dir / "config.yaml")
+        cfg = load_scenario(out_dir / CONFIG_FILE)
     except ConfigError as exc:
-        raise RunConfigError(f"config error in {out_dir / 'config.yaml'}: {exc}") from None
+        raise RunConfigError(f"config error in {out_dir / CONFIG_FILE}: {exc}") from None
     try:
         checkpoint = load_checkpoint(out_dir)
     except CheckpointError as exc:
         raise RunConfigError(f"{option}{out_dir}: {exc}; nothing was changed") from None
-    if checkpoint["round"] >= cfg.rounds:
+    if checkpoint["round"] >= cfg.rounds and run_finished(out_dir):
         raise RunConfigError(f"{option}{out_dir}: the run already finished its {cfg.rounds} rounds")
     return cfg, checkpoint
 
@@ -388,9 +445,27 @@ def main(grid: Grid, context: Context) -> None:
     node_keys = Path(str(run_config["node-keys"])) if run_config.get("node-keys") else None
     resume = str(run_config.get("resume", ""))
     if resume:
-        cfg, checkpoint = resume_point(Path(resume))
-        logger.info("resuming %s after round %d", resume, checkpoint["round"])
-        run_server(grid, cfg, Path(resume), resume=checkpoint, node_keys=node_keys)
+        resume_point(Path(resume))  # a run directory, before the lock file goes there
+        with _locked(Path(resume), new=False, option="resume="):
+            cfg, checkpoint = resume_point(Path(resume))
+            logger.info("resuming %s after round %d", resume, checkpoint["round"])
+            run_server(grid, cfg, Path(resume), resume=checkpoint, node_keys=node_keys)
         return
     cfg = flwr_run_scenario(run_config)
-    run_server(grid, cfg, results_dir(run_config, cfg.name), node_keys=node_keys)
+    out = results_dir(run_config, cfg.name)
+    with _locked(out, new=True, option="out="):
+        run_server(grid, cfg, out, node_keys=node_keys)
+
+
+def _locked(out: Path, new: bool, option: str) -> RunDirLock:
+    """The lock on a ``flwr run``'s results directory (:mod:`fedflex.rundir`), taken.
+
+    Raises
+    ------
+    RunConfigError
+        When another run holds it, or (``new``) it is no longer empty.
+    """
+    try:
+        return RunDirLock(out, new=new, option=option).acquire()
+    except RunDirError as exc:
+        raise RunConfigError(str(exc)) from None

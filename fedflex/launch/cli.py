@@ -27,23 +27,32 @@ A bad key or value exits with status 2 and one line naming the key; nothing is w
 
 Exit status: 0 completed (or stopped at ``evaluation.stop_at_accuracy``); 1 missing data
 or a failed run; 2 a bad scenario, override, ``--out`` or checkpoint (nothing written);
-3 the run diverged (``evaluation.stop_on_divergence``); 128 + N stopped by signal N
-(130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), resumable with ``fedflex run --resume DIR``.
+3 the run diverged (``evaluation.stop_on_divergence``); 74 the results could not be
+written (a full disk or quota: every file in DIR stays whole; resumable with ``fedflex
+run --resume DIR`` once there is room, when a checkpoint was written); 128 + N stopped
+by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), resumable with ``fedflex run
+--resume DIR``. A run holds a lock on its results directory: a second run (or
+``--resume``) on it is refused with status 2 while the first one lasts.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
 from fedflex.config import ConfigError, load_scenario
-from fedflex.results import default_out_dir, unusable_out_dir
+from fedflex.results import CHECKPOINT_FILE, default_out_dir
+from fedflex.rundir import RunDirError, RunDirLock
 
 EXIT_USAGE = 2
 EXIT_DIVERGED = 3
+EXIT_WRITE = 74  # sysexits.h EX_IOERR
+#: write errors that end a run with EXIT_WRITE and one line (a full disk or quota)
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 class _Version(argparse.Action):
@@ -133,18 +142,37 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(f"config error: {exc}")
     out = Path(args.out) if args.out else (Path(cfg.output.dir) if cfg.output.dir else default_out_dir(cfg.name))
-    problem = unusable_out_dir(out)
-    if problem:
-        return _fail(problem)
-    from fedflex.data import DataNotFoundError
-    from fedflex.launch import runner  # imports torch and Flower: after the cheap checks
-
+    lock = RunDirLock(out, new=True)
     try:
-        with _interruptible():
-            runner.run(cfg, out, verbose=args.verbose)
-    except DataNotFoundError as exc:
-        return _fail(str(exc), code=1)
+        lock.acquire()  # creates out; refuses a busy or non-empty one (nothing written)
+    except RunDirError as exc:
+        return _fail(str(exc))
+    try:
+        from fedflex.data import DataNotFoundError
+        from fedflex.launch import runner  # imports torch and Flower: after the cheap checks
+
+        try:
+            with _interruptible():
+                runner.run(cfg, out, verbose=args.verbose)
+        except DataNotFoundError as exc:
+            return _fail(str(exc), code=1)
+        except OSError as exc:
+            if exc.errno not in WRITE_ERRNOS:
+                raise
+            return _write_failed(out, exc)
+    finally:
+        lock.release()
     return _finished(out)
+
+
+def _write_failed(out: Path, exc: OSError) -> int:
+    """The one line of a run that could not write its results (a full disk)."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    if (out / CHECKPOINT_FILE).is_file():
+        then = f"make room and continue with: fedflex run --resume {out}"
+    else:
+        then = "no checkpoint was written, so nothing can be resumed: make room and start the run again"
+    return _fail(f"cannot write the results in {out}: {exc.strerror or exc}{where}; {then}", code=EXIT_WRITE)
 
 
 class _interruptible:
@@ -176,7 +204,7 @@ def _finished(out: Path) -> int:
     last = summary.get("last_round")
     if status == "interrupted" or interrupts.requested() is not None:
         signum = interrupts.requested() or 2
-        if (out / "checkpoint.pkl").is_file():
+        if (out / CHECKPOINT_FILE).is_file():
             print(
                 f"fedflex: interrupted after round {last}; results so far in {out}; "
                 f"continue with: fedflex run --resume {out}",
@@ -205,14 +233,36 @@ def _resume(args: argparse.Namespace) -> int:
     from strategies.server_app import RunConfigError, resume_point
 
     try:
-        cfg, checkpoint = resume_point(out, option="--resume ")
+        resume_point(out, option="--resume ")  # a run directory, before the lock file goes there
     except RunConfigError as exc:
         return _fail(str(exc))
-    print(f"resuming {out} after round {checkpoint['round']}", file=sys.stderr)
-    from fedflex.launch import runner
+    lock = RunDirLock(out, new=False, option="--resume")
+    try:
+        lock.acquire()
+    except RunDirError as exc:
+        return _fail(str(exc))
+    try:
+        try:
+            cfg, checkpoint = resume_point(out, option="--resume ")  # as the last holder left it
+        except RunConfigError as exc:
+            return _fail(str(exc))
+        done = checkpoint["round"] >= cfg.rounds
+        print(
+            f"resuming {out} after round {checkpoint['round']}"
+            + (": all rounds ran; writing the final model and summary.json" if done else ""),
+            file=sys.stderr,
+        )
+        from fedflex.launch import runner
 
-    with _interruptible():
-        runner.run(cfg, out, verbose=args.verbose, resume=checkpoint)
+        try:
+            with _interruptible():
+                runner.run(cfg, out, verbose=args.verbose, resume=checkpoint)
+        except OSError as exc:
+            if exc.errno not in WRITE_ERRNOS:
+                raise
+            return _write_failed(out, exc)
+    finally:
+        lock.release()
     return _finished(out)
 
 

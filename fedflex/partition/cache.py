@@ -94,8 +94,10 @@ def cached_partition(
     The file is ``<cache_dir>/partition-<scheme>-<key>.npz`` with ``key`` from
     :func:`partition_key`; ``cache_dir`` defaults to :func:`default_cache_dir`. Writes
     are atomic (temporary file + ``os.replace``), so concurrent workers either find a
-    complete file or compute the same result themselves. An unreadable cache file is
-    logged and recomputed; an unwritable cache directory is logged and ignored.
+    complete file or compute the same result themselves. A cache file that cannot be
+    read (truncated, emptied, garbled) or that does not fit the data
+    (:func:`inconsistency`) is logged, recomputed and replaced; an unwritable cache
+    directory is logged and ignored.
     """
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     key = partition_key(cfg, labels, num_clients, num_classes, seed, natural)
@@ -103,13 +105,16 @@ def cached_partition(
     if path.is_file():
         try:
             part = Partition.from_npz(path)
-        except (OSError, ValueError, KeyError) as exc:
-            logger.warning("ignoring unreadable partition cache %s: %s", path, exc)
+        except Exception as exc:  # truncated, emptied, garbled: zipfile, zlib, numpy raise many types
+            reason = " ".join(str(exc).split())
+            kind = type(exc).__name__
+            logger.warning("partition cache %s is unreadable (%s: %s); recomputing it", path, kind, reason)
         else:
-            if part.num_clients == num_clients and part.num_classes == num_classes:
+            problem = inconsistency(part, labels, num_clients, num_classes)
+            if problem is None:
                 logger.debug("partition loaded from %s", path)
                 return part
-            logger.warning("ignoring partition cache %s: wrong shape", path)
+            logger.warning("partition cache %s does not fit this data set (%s); recomputing it", path, problem)
     part = make_partition(cfg, labels, num_clients, num_classes, seed, natural)
     try:
         part.to_npz(path)
@@ -117,6 +122,29 @@ def cached_partition(
     except OSError as exc:
         logger.warning("could not store partition cache %s: %s", path, exc)
     return part
+
+
+def inconsistency(part: Partition, labels: np.ndarray, num_clients: int, num_classes: int) -> Optional[str]:
+    """Why ``part`` cannot be a split of ``labels`` over ``num_clients`` clients (None: it
+    can): another number of clients or classes, an index outside the training set, an
+    example given twice (no scheme does that), or label counts that are not those of
+    the indices."""
+    if part.num_clients != num_clients:
+        return f"{part.num_clients} clients, not {num_clients}"
+    if part.num_classes != num_classes:
+        return f"{part.num_classes} classes, not {num_classes}"
+    labels = np.asarray(labels)
+    flat = np.concatenate(part.indices) if part.indices else np.zeros(0, dtype=np.int64)
+    if flat.size and (flat.min() < 0 or flat.max() >= len(labels)):
+        return f"indices outside 0..{len(labels) - 1}"
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        return f"labels outside 0..{num_classes - 1}"  # make_partition says more
+    if np.unique(flat).size != flat.size:
+        return "an example given to a client twice, or to two clients"
+    counts = np.stack([np.bincount(labels[ix], minlength=num_classes) for ix in part.indices])
+    if counts.shape != part.label_counts.shape or not np.array_equal(counts, part.label_counts):
+        return "label counts that do not match its indices"
+    return None
 
 
 def _array_digest(arr: np.ndarray) -> str:

@@ -115,6 +115,8 @@ class Partition:
             if missing:
                 raise ValueError(f"{path}: not a partition file (missing {sorted(missing)})")
             flat, offsets, counts = data["flat"], data["offsets"], data["label_counts"]
+        if not all(np.issubdtype(a.dtype, np.integer) for a in (flat, offsets, counts)):
+            raise ValueError(f"{path}: partition arrays must be integers")
         if (
             offsets.ndim != 1
             or counts.ndim != 2

@@ -8,22 +8,20 @@ Also: under ``flwr run`` a checkpoint is saved after every round by default, and
 
 from __future__ import annotations
 
-import pickle
-
 import numpy as np
 import pytest
 from deploy_helpers import QUICKSTART, read_rows, tiny_overrides, wait_for
 
 from fedflex.launch import cli
+from strategies.server_app import CheckpointError, load_checkpoint
 
 ROUNDS = 4
 
 
 def _checkpoint_round(out):
     try:
-        with open(out / "checkpoint.pkl", "rb") as fh:
-            return pickle.load(fh)["round"]
-    except (OSError, EOFError, pickle.UnpicklingError):
+        return load_checkpoint(out)["round"]
+    except CheckpointError:
         return None
 
 
@@ -66,7 +64,7 @@ def test_deploy_resume_without_a_checkpoint_is_refused(tmp_path, capsys):
     (tmp_path / "r").mkdir()
     code = cli.main(["deploy", "local", "--resume", str(tmp_path / "r")])
     assert code == 2
-    assert "no checkpoint.pkl there" in capsys.readouterr().err
+    assert "no checkpoint.npz there" in capsys.readouterr().err
 
 
 def test_deploy_resume_takes_no_scenario(tmp_path, capsys):

@@ -67,7 +67,7 @@ def test_killed_superlink_restarted_on_its_database_gets_its_nodes_back(tmp_path
         fed,
     )
     assert status == "finished:failed", (status, details)
-    assert (out / "checkpoint.pkl").is_file()
+    assert (out / "checkpoint.npz").is_file()
     print(
         f"nodes back {back_s:.1f} s after the SuperLink was killed; new run {result.wall_s:.0f} s; "
         f"lost run {status} ({details}) {time.monotonic() - killed_at:.0f} s after the kill"

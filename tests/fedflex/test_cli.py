@@ -122,5 +122,5 @@ def test_stop_at_accuracy_ends_after_the_first_round_that_reaches_it(tmp_path, m
     summary = json.loads((stopped / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["stopped_early"] is True
     assert summary["rounds"] == first + 1
-    assert (stopped / "model.npz").is_file() and (stopped / "checkpoint.pkl").is_file()
+    assert (stopped / "model.npz").is_file() and (stopped / "checkpoint.npz").is_file()
     assert "stopped_early" not in json.loads((tmp_path / "full" / "summary.json").read_text())

@@ -5,6 +5,7 @@ written by the tests. Input errors must exit 2 with one line, before any run dir
 exists; a run stopped by a signal or by divergence keeps what it wrote.
 """
 
+import io
 import json
 import os
 import random
@@ -14,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fedflex.config import ConfigError, load_scenario
@@ -90,7 +92,7 @@ def test_signal_stops_at_a_round_boundary_and_says_how_to_resume(tmp_path, sig, 
     assert summary["status"] == "interrupted"
     assert summary["interrupted_by"] == signal.Signals(sig).name
     assert summary["last_round"] == rows[-1]["round"] == len(rows) < 40
-    assert (out / "checkpoint.pkl").is_file()  # even with checkpoint_every 0: resumable
+    assert (out / "checkpoint.npz").is_file()  # even with checkpoint_every 0: resumable
     # ... and the resumed run continues from the round after it
     resumed = subprocess.run(
         [sys.executable, "-m", "fedflex", "run", "--resume", str(out)],
@@ -254,16 +256,28 @@ def test_out_that_cannot_be_created_is_refused(tmp_path, capsys, target):
     assert code == 2 and "cannot be created" in err
 
 
+def _npz_bytes(**arrays):
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
 @pytest.mark.parametrize(
-    "content",
-    # seed 103's bytes make the unpickler say two lines
-    [b"", b"\x80\x04\x95 truncated", random.Random(103).randbytes(64), b"\x80\x04K\x05."],
-    ids=["empty", "truncated", "random", "not-a-checkpoint"],
+    "damage",
+    [
+        lambda real: b"",
+        lambda real: real[: len(real) // 2],
+        lambda real: random.Random(103).randbytes(64),
+        lambda real: _npz_bytes(x=np.zeros(3)),
+        lambda real: _npz_bytes(**{"state.json": np.frombuffer(b'{"round": 1', dtype=np.uint8)}),
+    ],
+    ids=["empty", "truncated", "random", "not-a-checkpoint", "torn-json"],
 )
-def test_broken_checkpoint_is_refused_and_left_alone(tmp_path, capsys, content):
+def test_broken_checkpoint_is_refused_and_left_alone(tmp_path, capsys, damage):
     assert main(["run", str(QUICKSTART), *FAST, "rounds=2", "--out", str(tmp_path / "r")]) == 0
     capsys.readouterr()
-    (tmp_path / "r" / "checkpoint.pkl").write_bytes(content)
+    checkpoint = tmp_path / "r" / "checkpoint.npz"
+    checkpoint.write_bytes(damage(checkpoint.read_bytes()))
     config = load_scenario(tmp_path / "r" / "config.yaml")
     # the run is finished: shorten it in config.yaml's eyes by asking for more rounds
     (tmp_path / "r" / "config.yaml").write_text(
@@ -272,7 +286,7 @@ def test_broken_checkpoint_is_refused_and_left_alone(tmp_path, capsys, content):
     before = {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir()}
     code = main(["run", "--resume", str(tmp_path / "r")])
     err = _one_line_error(capsys)
-    assert code == 2 and "checkpoint.pkl" in err and "cannot be resumed" in err
+    assert code == 2 and "checkpoint.npz" in err and "cannot be resumed" in err
     assert {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir()} == before
 
 

@@ -534,6 +534,89 @@ def test_unreadable_cache_file_is_recomputed(tmp_path: Path):
     assert Partition.from_npz(path) == part
 
 
+def _garble(raw: bytes) -> bytes:
+    """Every byte of the middle third inverted (the zip's CRC no longer matches)."""
+    a, b = len(raw) // 3, 2 * len(raw) // 3
+    return raw[:a] + bytes(255 - x for x in raw[a:b]) + raw[b:]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [lambda raw: raw[: len(raw) // 2], lambda raw: b"", _garble],
+    ids=["truncated", "emptied", "garbled"],
+)
+def test_damaged_cache_file_is_recomputed_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture, damage):
+    # Prepare
+    cfg = PartitionConfig(scheme="iid")
+    cached_partition(cfg, LABELS, 4, 10, seed=1, cache_dir=tmp_path)
+    (path,) = tmp_path.glob("*.npz")
+    path.write_bytes(damage(path.read_bytes()))
+
+    # Execute
+    part = cached_partition(cfg, LABELS, 4, 10, seed=1, cache_dir=tmp_path)
+
+    # Assert: recomputed, rewritten, and said so
+    assert part == make_partition(cfg, LABELS, 4, 10, seed=1)
+    assert Partition.from_npz(path) == part
+    assert "is unreadable" in caplog.text and "recomputing it" in caplog.text
+
+
+def _write_partition_file(path: Path, indices: list[list[int]]) -> None:
+    """A well-formed partition file holding ``indices`` (label counts of LABELS; an index
+    past its end counts as the last label)."""
+    counts = np.stack([np.bincount(np.take(LABELS, ix, mode="clip"), minlength=10) for ix in indices])
+    offsets = np.concatenate([[0], np.cumsum([len(ix) for ix in indices])]).astype(np.int64)
+    flat = np.array([i for ix in indices for i in ix], dtype=np.int64)
+    np.savez(path, flat=flat, offsets=offsets, label_counts=counts)
+
+
+@pytest.mark.parametrize(
+    "indices, reason",
+    [
+        ([[0, 1], [2], [3], [1000]], "indices outside 0..999"),  # LABELS has 1000 examples
+        ([[0, 1], [2], [3]], "3 clients, not 4"),
+        ([[0, 1], [1], [3], [4]], "given to a client twice, or to two clients"),
+    ],
+    ids=["out-of-range", "wrong-clients", "duplicate"],
+)
+def test_inconsistent_cache_file_is_recomputed_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, indices, reason
+):
+    # Prepare: a well-formed file with wrong indices in the place of the real one
+    cfg = PartitionConfig(scheme="iid")
+    cached_partition(cfg, LABELS, 4, 10, seed=1, cache_dir=tmp_path)
+    (path,) = tmp_path.glob("*.npz")
+    _write_partition_file(path, indices)
+
+    # Execute
+    part = cached_partition(cfg, LABELS, 4, 10, seed=1, cache_dir=tmp_path)
+
+    # Assert
+    assert part == make_partition(cfg, LABELS, 4, 10, seed=1)
+    assert Partition.from_npz(path) == part
+    assert reason in caplog.text and "recomputing it" in caplog.text
+
+
+def test_cache_file_whose_label_counts_do_not_match_its_indices_is_recomputed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    # Prepare: the right indices, but client 0's counts moved from label 0 to label 1
+    cfg = PartitionConfig(scheme="iid")
+    real = cached_partition(cfg, LABELS, 4, 10, seed=1, cache_dir=tmp_path)
+    (path,) = tmp_path.glob("*.npz")
+    counts = real.label_counts.copy()
+    counts[0, 1] += counts[0, 0]
+    counts[0, 0] = 0
+    Partition(indices=real.indices, label_counts=counts).to_npz(path)
+
+    # Execute
+    part = cached_partition(cfg, LABELS, 4, 10, seed=1, cache_dir=tmp_path)
+
+    # Assert
+    assert part == real and np.array_equal(Partition.from_npz(path).label_counts, real.label_counts)
+    assert "label counts that do not match its indices" in caplog.text
+
+
 def test_default_cache_dir_follows_fedflex_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     # Prepare
     monkeypatch.setenv("FEDFLEX_CACHE", str(tmp_path))

@@ -85,7 +85,7 @@ def test_killed_and_resumed_run_ends_with_the_uninterrupted_model(tmp_path, vect
 
 def test_resume_refuses_a_directory_without_checkpoint(tmp_path, capsys):
     assert main(["run", "--resume", str(tmp_path)]) == 2
-    assert "no checkpoint.pkl" in capsys.readouterr().err
+    assert "no checkpoint.npz" in capsys.readouterr().err
 
 
 def test_resume_takes_no_overrides(tmp_path, capsys):

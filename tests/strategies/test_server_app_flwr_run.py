@@ -3,12 +3,23 @@ checkpoint every round by default; what ``resume=`` refuses."""
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
+from collections import OrderedDict
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from strategies.server_app import RunConfigError, flwr_run_scenario, results_dir, resume_point
+from strategies.server_app import (
+    RunConfigError,
+    flwr_run_scenario,
+    load_checkpoint,
+    results_dir,
+    resume_point,
+    save_checkpoint,
+)
 
 
 def test_out_with_earlier_results_is_refused_and_left_alone(tmp_path):
@@ -62,20 +73,101 @@ def test_flwr_run_keeps_an_explicit_checkpoint_every_from_the_scenario(tmp_path)
 
 
 def test_resume_without_a_checkpoint_is_refused(tmp_path):
-    with pytest.raises(RunConfigError, match=r"resume=.* no checkpoint.pkl there"):
+    with pytest.raises(RunConfigError, match=r"resume=.* no checkpoint.npz there"):
         resume_point(tmp_path)
 
 
 def test_resume_of_a_damaged_checkpoint_is_refused_and_left_alone(tmp_path):
     (tmp_path / "config.yaml").write_text("name: s\n")
-    (tmp_path / "checkpoint.pkl").write_bytes(b"\x80\x04 truncated")
+    (tmp_path / "checkpoint.npz").write_bytes(b"PK\x03\x04 truncated")
     with pytest.raises(RunConfigError, match="is damaged"):
         resume_point(tmp_path)
-    assert (tmp_path / "checkpoint.pkl").read_bytes() == b"\x80\x04 truncated"
+    assert (tmp_path / "checkpoint.npz").read_bytes() == b"PK\x03\x04 truncated"
+
+
+class _State:
+    """A strategy whose state_dict() is given."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def state_dict(self):
+        return self.state
+
+
+def _finished_run(out, rounds=2, summary=True, model=True, status="completed"):
+    """A run directory whose checkpoint is of its last round (summary / model optional)."""
+    (out / "config.yaml").write_text(f"name: s\nrounds: {rounds}\n")
+    save_checkpoint(out, rounds, _State({"global_arrays": {"w": np.zeros(2, dtype=np.float32)}}))
+    if summary:
+        (out / "summary.json").write_text(json.dumps({"status": status, "last_round": rounds}))
+    if model:
+        np.savez(out / "model.npz", w=np.zeros(2, dtype=np.float32))
 
 
 def test_resume_of_a_finished_run_is_refused(tmp_path):
-    (tmp_path / "config.yaml").write_text("name: s\nrounds: 2\n")
-    (tmp_path / "checkpoint.pkl").write_bytes(pickle.dumps({"round": 2, "strategy": {}}))
+    _finished_run(tmp_path)
     with pytest.raises(RunConfigError, match="already finished its 2 rounds"):
         resume_point(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "missing", [{"summary": False}, {"model": False}, {"status": "failed"}], ids=["summary", "model", "failed"]
+)
+def test_resume_of_a_run_whose_last_files_are_missing_is_accepted(tmp_path, missing):
+    # Prepare: every round ran, but the disk filled up before the summary / the model
+    _finished_run(tmp_path, **missing)
+    # Execute
+    cfg, checkpoint = resume_point(tmp_path)
+    # Assert: resumed after its last round (it runs none and writes the missing files)
+    assert (cfg.rounds, checkpoint["round"]) == (2, 2)
+
+
+class _RunsCode:
+    """Unpickling it creates the folder ``marker``."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (str(self.marker),))
+
+
+def test_an_old_pickle_checkpoint_is_refused_without_unpickling_it(tmp_path):
+    # Prepare: a crafted checkpoint.pkl whose loading would create a folder
+    marker = tmp_path / "ran"
+    (tmp_path / "config.yaml").write_text("name: s\nrounds: 5\n")
+    (tmp_path / "checkpoint.pkl").write_bytes(pickle.dumps({"round": 2, "strategy": _RunsCode(marker)}))
+    # Execute / Assert
+    with pytest.raises(RunConfigError, match=r"checkpoint.pkl is a pickle checkpoint of an older fedflex"):
+        resume_point(tmp_path)
+    assert not marker.exists()
+
+
+def test_a_checkpoint_round_trips_the_strategy_state_exactly(tmp_path):
+    # Prepare: state as the parts keep it (RNG state, arrays, tuples, int keys, NaN)
+    rng = np.random.default_rng(7)
+    rng.random(3)
+    state = {
+        "global_arrays": OrderedDict([("w", np.arange(6, dtype=np.float32).reshape(2, 3)), ("n", np.int64(4))]),
+        "parts": {"UniformSampler": {"rng": rng.bit_generator.state, "sizes": {0: 10, 3: 7}}},
+        "last": (1, OrderedDict([("w", np.ones(2))])),
+        "loss": float("nan"),
+    }
+    # Execute
+    save_checkpoint(tmp_path, 3, _State(state), run_wall_s=1.5)
+    back = load_checkpoint(tmp_path)
+    # Assert
+    assert (back["round"], back["run_wall_s"]) == (3, 1.5)
+    got = back["strategy"]
+    assert isinstance(got["global_arrays"], OrderedDict) and list(got["global_arrays"]) == ["w", "n"]
+    assert got["global_arrays"]["w"].dtype == np.float32
+    np.testing.assert_array_equal(got["global_arrays"]["w"], state["global_arrays"]["w"])
+    assert type(got["global_arrays"]["n"]) is np.int64 and got["global_arrays"]["n"] == 4
+    assert got["parts"]["UniformSampler"]["sizes"] == {0: 10, 3: 7}
+    again = np.random.default_rng()
+    again.bit_generator.state = got["parts"]["UniformSampler"]["rng"]
+    assert again.random() == rng.random()
+    assert isinstance(got["last"], tuple) and got["last"][0] == 1
+    np.testing.assert_array_equal(got["last"][1]["w"], np.ones(2))
+    assert np.isnan(got["loss"])

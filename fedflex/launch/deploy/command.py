@@ -16,6 +16,7 @@ from typing import Optional
 from fedflex.launch.deploy.certs import TlsFiles, make_certificates
 from fedflex.launch.deploy.federation import LocalFederation
 from fedflex.launch.deploy.processes import DeployError, find_executable, link_transport, transport_mismatch
+from fedflex.results import CHECKPOINT_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +186,7 @@ def deploy_local(args: argparse.Namespace) -> int:
         ok = result.ok
         if not ok:
             again = (
-                f"; continue it with: fedflex deploy local --resume {out}" if (out / "checkpoint.pkl").is_file() else ""
+                f"; continue it with: fedflex deploy local --resume {out}" if (out / CHECKPOINT_FILE).is_file() else ""
             )
             return _fail(
                 f"run {result.run_id} ended with status {result.status} {result.details}; logs in {fed.logs}{again}", 1
@@ -197,7 +198,7 @@ def deploy_local(args: argparse.Namespace) -> int:
         return _fail(str(exc), 1)
     except KeyboardInterrupt:
         signum = received[0] if received and received[0] > 0 else signal.SIGINT
-        again = f"; continue with: fedflex deploy local --resume {out}" if (out / "checkpoint.pkl").is_file() else ""
+        again = f"; continue with: fedflex deploy local --resume {out}" if (out / CHECKPOINT_FILE).is_file() else ""
         return _fail(f"interrupted by {signal.Signals(signum).name}: stopping the federation{again}", 128 + signum)
     finally:
         received.append(0)  # from here on, signals wait for the stopping to end
