@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fedflex.config import ConfigError, load_scenario
@@ -146,6 +147,59 @@ def test_ctrl_c_on_the_ray_backend_stops_ray_within_seconds(tmp_path):
     assert elapsed < 15
     assert "Traceback" not in err and f"fedflex run --resume {out}" in err
     assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_process_group_on_the_ray_backend_stops_at_a_round_boundary_and_resumes(tmp_path):
+    # Prepare: what SLURM, systemd and `timeout` do: SIGTERM to every process of the run,
+    # Ray's included, in the middle of a round; an uninterrupted run as the reference
+    ray = ["rounds=8", "dataset.samples_per_client=3000", "output.progress=off", "output.plots=false"]
+    env = _env(tmp_path)
+    full = tmp_path / "full"
+    cmd = [sys.executable, "-m", "fedflex", "run", str(QUICKSTART), *ray]
+    subprocess.run([*cmd, "--out", str(full)], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*cmd, "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_rows(out, 2, proc, timeout=180)
+        # Execute
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    # Assert: 143, the two lines of an interrupt, no Ray crash; summary written
+    assert proc.returncode == 143, err[-2000:]
+    assert err.strip().splitlines() == [
+        "fedflex: SIGTERM: stopping after the round in flight (press Ctrl-C again to exit now)",
+        f"fedflex: interrupted after round {json.loads((out / 'summary.json').read_text())['last_round']}; "
+        f"results so far in {out}; continue with: fedflex run --resume {out}",
+    ]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["interrupted_by"] == "SIGTERM"
+    assert 2 <= summary["last_round"] < 8
+    # ... and --resume ends with the uninterrupted run's model
+    resumed = subprocess.run(
+        [sys.executable, "-m", "fedflex", "run", "--resume", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    a, b = np.load(full / "model.npz"), np.load(out / "model.npz")
+    assert sorted(a.files) == sorted(b.files)
+    for key in a.files:
+        np.testing.assert_array_equal(a[key], b[key])
 
 
 @pytest.mark.slow
