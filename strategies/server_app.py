@@ -42,6 +42,7 @@ from fedflex.progress import Progress
 from fedflex.records import to_record
 from fedflex.results import RunRecorder, default_out_dir, summarize, transition_summary, unusable_out_dir
 from strategies.build import ModelInfo, build_strategy
+from strategies.nodes import simulated_node_count
 from strategies.observers import Checkpointer, RowWriter, RunClock, StopRules, TestSetEvaluation
 
 logger = logging.getLogger(__name__)
@@ -174,6 +175,9 @@ def run_server(
         strategy.load_state_dict(resume["strategy"])
         initial = numpy_to_record(strategy.global_arrays)
         first_round = int(resume["round"]) + 1
+    simulated = type(grid).__name__ == "InMemoryGrid"
+    if simulated:  # nothing is written before this check: a wrong federation size is a usage error
+        check_simulated_nodes(grid, cfg)
     recorder = None
     if out_dir is not None:
         saved = _with_trace_copy(cfg, Path(out_dir))
@@ -193,7 +197,6 @@ def run_server(
     extra: dict[str, Any] = {"status": "failed"}
     # Flower's simulation registers its nodes while the ServerApp already runs: wait for
     # all of them; a deployment waits for deployment.wait_for_nodes SuperNodes (bounded)
-    simulated = type(grid).__name__ == "InMemoryGrid"
     wait_n = cfg.num_clients if simulated else cfg.deployment.wait_for_nodes
     if wait_n:
         strategy.nodes.wait_for(grid, wait_n, cfg.deployment.wait_timeout, poll=0.05 if simulated else 1.0)
@@ -241,6 +244,29 @@ def run_server(
                 timeline=availability.timeline(cfg.rounds),
                 plots=cfg.output.plots,
             )
+
+
+def check_simulated_nodes(grid: Grid, cfg: ScenarioConfig) -> None:
+    """Refuse a simulation with fewer SuperNodes than the scenario has clients.
+
+    ``flwr run .`` simulates Flower's default federation, 2 SuperNodes unless
+    ``num-supernodes`` is set; the missing client ids would never come online and every
+    round would be skipped after ``deployment.wait_timeout``.
+
+    Raises
+    ------
+    RunConfigError
+        With the ``flwr run`` option that sets the federation's size.
+    """
+    have = simulated_node_count(grid, cfg.num_clients, cfg.deployment.wait_timeout)
+    if have < cfg.num_clients:
+        raise RunConfigError(
+            f"the simulation runs {have} SuperNode(s) but scenario {cfg.name!r} has num_clients={cfg.num_clients}: "
+            f'run it with flwr run . --federation-config "num-supernodes={cfg.num_clients}" '
+            f"(or a scenario with num_clients={have})"
+        )
+    if have > cfg.num_clients:
+        logger.warning("the simulation runs %d SuperNodes; the scenario uses %d of them", have, cfg.num_clients)
 
 
 def make_server_app(

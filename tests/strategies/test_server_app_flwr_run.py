@@ -4,6 +4,7 @@ checkpoint every round by default; what ``resume=`` refuses."""
 from __future__ import annotations
 
 import pickle
+import time
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,32 @@ def test_resume_of_a_finished_run_is_refused(tmp_path):
     (tmp_path / "checkpoint.pkl").write_bytes(pickle.dumps({"round": 2, "strategy": {}}))
     with pytest.raises(RunConfigError, match="already finished its 2 rounds"):
         resume_point(tmp_path)
+
+
+# ------------------------------------------------------------------ federation size
+@pytest.mark.slow  # Ray starts and stops: about 20 s here
+def test_a_simulation_with_fewer_supernodes_than_clients_stops_at_once_naming_the_fix(tmp_path):
+    # Prepare: what plain `flwr run .` does: Flower's default federation of 2 simulated
+    # SuperNodes for the quickstart scenario's 20 clients (Flower registers them while
+    # the ServerApp already runs)
+    from flwr.simulation import run_simulation
+
+    from clients.client_app import app as client_app
+    from fedflex.config import load_scenario
+    from fedflex.launch.runner import backend_config
+    from strategies.server_app import make_server_app
+
+    cfg = load_scenario(QUICKSTART, ["output.progress=off", "output.plots=false", "simulation.num_cpus=1"])
+    out = tmp_path / "out"
+    # Execute
+    t0 = time.monotonic()
+    with pytest.raises(RunConfigError) as raised:
+        run_simulation(make_server_app(cfg, out), client_app, num_supernodes=2, backend_config=backend_config(cfg))
+    elapsed = time.monotonic() - t0
+    # Assert: one line with the flwr run option, well before deployment.wait_timeout (300 s); nothing written
+    assert str(raised.value) == (
+        "the simulation runs 2 SuperNode(s) but scenario 'quickstart' has num_clients=20: "
+        'run it with flwr run . --federation-config "num-supernodes=20" (or a scenario with num_clients=2)'
+    )
+    assert elapsed < 30
+    assert not out.exists()
