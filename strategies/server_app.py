@@ -42,6 +42,7 @@ from fedflex.progress import Progress
 from fedflex.records import to_record
 from fedflex.results import RunRecorder, default_out_dir, summarize, transition_summary, unusable_out_dir
 from strategies.build import ModelInfo, build_strategy
+from strategies.fedflex import RunFailedError
 from strategies.nodes import simulated_node_count
 from strategies.observers import Checkpointer, RowWriter, RunClock, StopRules, TestSetEvaluation
 
@@ -202,6 +203,10 @@ def run_server(
         strategy.nodes.wait_for(grid, wait_n, cfg.deployment.wait_timeout, poll=0.05 if simulated else 1.0)
     if wrap_grid is not None:
         grid = wrap_grid(grid, strategy.nodes.client_of)
+    rows = recorder.rows if recorder is not None else []
+    on_round = RowWriter(recorder, progress)
+    if recorder is None:  # the rows are needed to tell whether any round trained
+        on_round = _also_keep(on_round, rows)
     try:
         result = strategy.start(
             grid,
@@ -210,18 +215,25 @@ def run_server(
             timeout=cfg.deployment.round_timeout or cfg.simulation.timeout,
             train_config=train_config(cfg),
             evaluate_fn=TestSetEvaluation(cfg, model, data.test, partition.client_labels),
-            on_round=RowWriter(recorder, progress),
+            on_round=on_round,
             first_round=first_round,
             after_round=checkpoints,
             stop=stops,
         )
         if out_dir is not None:
             np.savez(Path(out_dir) / MODEL_FILE, **strategy.global_arrays)
-        extra["status"] = "completed"  # unless a stop rule says otherwise (below)
-        return result
+        failure = untrained(rows, cfg.strategy.sampler.min_clients)
+        extra["status"] = "completed" if failure is None else "failed"  # unless a stop rule says otherwise
+        if failure is not None:
+            extra["failure"] = failure
+    except RunFailedError as exc:  # churn.on_too_few=fail
+        extra["failure"] = str(exc)
+        raise
     finally:
         progress.close()
         extra.update(stops.fields)
+        if "failure" in extra and extra["status"] != "failed":  # interrupted or diverged: that is the news
+            del extra["failure"]
         if recorder is not None:
             extra.update(
                 {
@@ -244,6 +256,35 @@ def run_server(
                 timeline=availability.timeline(cfg.rounds),
                 plots=cfg.output.plots,
             )
+    if extra.get("failure"):  # summary.json says it too
+        raise RunFailedError(extra["failure"])
+    return result
+
+
+def untrained(rows: list[dict[str, Any]], min_clients: int) -> Optional[str]:
+    """Why no round of a run trained (None when one did): ``rows`` are the run's rows
+    (metrics.jsonl); a round trained when a reply was aggregated (``num_examples`` > 0).
+    Extra rounds of parts (``phase`` != "train") do not count."""
+    train = [r for r in rows if r.get("phase", "train") == "train"]
+    if not train or any(r.get("num_examples") for r in train):
+        return None  # no round ran (stopped before round 1), or one trained
+    skipped = sum(1 for r in train if r.get("skipped"))
+    why = []
+    if skipped:
+        why.append(f"{skipped} skipped with fewer than strategy.sampler.min_clients={min_clients} clients online")
+    if len(train) > skipped:
+        why.append(f"{len(train) - skipped} without a usable reply")
+    return f"no round trained: of {len(train)} round(s), {' and '.join(why)}"
+
+
+def _also_keep(on_round: Callable[[Any], None], rows: list[dict[str, Any]]) -> Callable[[Any], None]:
+    """``on_round`` that also appends each record's row to ``rows``."""
+
+    def both(record) -> None:
+        on_round(record)
+        rows.append(record.to_json())
+
+    return both
 
 
 def check_simulated_nodes(grid: Grid, cfg: ScenarioConfig) -> None:

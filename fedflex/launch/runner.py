@@ -123,7 +123,23 @@ def quiet_flower(verbose: bool) -> None:
 
 def run(cfg: ScenarioConfig, out_dir: Optional[Path], verbose: bool = False, resume: Optional[dict] = None) -> None:
     """Run ``cfg`` in simulation, writing the results contract to ``out_dir``; ``resume``:
-    a checkpoint of that directory to continue from."""
+    a checkpoint of that directory to continue from.
+
+    A run that fails for a reason the run itself states (no round trained,
+    ``churn.on_too_few=fail``) returns normally: ``out_dir/summary.json`` has
+    ``"status": "failed"`` and the reason as ``failure``. Without ``out_dir`` it raises
+    :class:`strategies.fedflex.RunFailedError`.
+    """
+    from strategies.fedflex import RunFailedError
+
+    try:
+        _run(cfg, out_dir, verbose, resume)
+    except RunFailedError:
+        if out_dir is None:
+            raise
+
+
+def _run(cfg: ScenarioConfig, out_dir: Optional[Path], verbose: bool, resume: Optional[dict]) -> None:
     from flwr.simulation import run_simulation
 
     from clients.client_app import app as client_app

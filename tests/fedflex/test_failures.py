@@ -250,6 +250,44 @@ def test_divergence_can_be_ignored(tmp_path, capsys):
     assert json.loads((out / "summary.json").read_text())["rounds"] == 6
 
 
+# ---------------------------------------------------------------------------- no round trained
+def _nobody_online(tmp_path):
+    """A trace in which no client is ever online."""
+    trace = tmp_path / "nobody.csv"
+    trace.write_text("client,online_from,online_until\n")
+    return ["churn.kind=trace", f"churn.trace={trace}", "rounds=3", *FAST]
+
+
+def test_a_run_in_which_no_round_trained_fails_with_one_line(tmp_path, capsys):
+    # Prepare
+    out = tmp_path / "out"
+    # Execute
+    code = main(["run", str(QUICKSTART), *_nobody_online(tmp_path), "--out", str(out)])
+    # Assert: exit 1, the reason as the last line (after the per-round skip warnings) and in summary.json
+    err = capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    reason = "no round trained: of 3 round(s), 3 skipped with fewer than strategy.sampler.min_clients=2 clients online"
+    assert code == 1
+    assert summary["status"] == "failed" and summary["failure"] == reason
+    assert summary["skipped_rounds"] == 3
+    assert err.strip().splitlines()[-1] == f"fedflex: the run failed: {reason}; results in {out}"
+    assert "Traceback" not in err
+
+
+def test_on_too_few_fail_ends_with_one_line_not_a_traceback(tmp_path, capsys):
+    # Prepare
+    out = tmp_path / "out"
+    # Execute
+    code = main(["run", str(QUICKSTART), *_nobody_online(tmp_path), "churn.on_too_few=fail", "--out", str(out)])
+    # Assert
+    err = _one_line_error(capsys)
+    reason = "round 1: 0 client(s) online, fewer than min_clients=2 (churn.on_too_few=fail)"
+    assert code == 1
+    assert err == f"fedflex: the run failed: {reason}; results in {out}"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["failure"] == reason
+
+
 # ---------------------------------------------------------------------------- trace CSV at load
 TRACE_CASES = {
     "garbage row": ("client,online_from,online_until\n0,1,5\nx,y,z\n", "line 3"),
