@@ -9,10 +9,16 @@ SIGHUP). A second signal exits at once (the rows written so far stay).
 Flower's simulation runs the ServerApp in a thread while the main thread drives the
 clients, so the signal handler (main thread) only sets a flag; the round loop reads it
 (:func:`requested`).
+
+Ray's ``ray.init()`` replaces the process's SIGTERM handler with one that exits at once,
+and Ray's processes (GCS, raylet, the workers that run the clients) share the run's
+process group: a SIGTERM to the group (``timeout``, SLURM, systemd) would kill them in
+the middle of a round. :func:`shielding_children` keeps both from happening.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -63,6 +69,39 @@ def install() -> None:
     reset()
     for sig in SIGNALS:
         signal.signal(sig, _handler)
+
+
+def installed() -> bool:
+    """Whether the round loop owns the stop signals (:func:`install` was called)."""
+    return signal.getsignal(signal.SIGTERM) is _handler
+
+
+# Ray blocks SIGINT in the processes it starts itself; these are the other stop signals.
+_SHIELDED = frozenset(s for s in SIGNALS if s != signal.SIGINT)
+
+
+@contextlib.contextmanager
+def shielding_children():
+    """Start helper processes (Ray's) inside this block so that a stop signal stays the run's.
+
+    While the block runs, SIGTERM and SIGHUP are blocked in this thread: processes started
+    in it inherit the blocked mask (across ``exec``), so a signal sent to the whole
+    process group leaves them running and the round in flight can finish; they still
+    stop when the run ends (Ray kills what outlives its grace second). On leaving, this
+    module's handlers are put back (``ray.init`` replaces SIGTERM's) and the signals
+    unblocked: one that arrived meanwhile then reaches the round loop. Does nothing
+    unless :func:`install` was called (a library caller keeps its own handling).
+    """
+    if not installed():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, _SHIELDED)
+    try:
+        yield
+    finally:
+        for sig in SIGNALS:
+            signal.signal(sig, _handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def uninstall() -> None:

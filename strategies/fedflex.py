@@ -47,7 +47,12 @@ from strategies.replies import NONFINITE, ReplyLimits, check_reply, num_examples
 from strategies.robust import clip_update
 
 
-class TooFewClientsError(RuntimeError):
+class RunFailedError(RuntimeError):
+    """The run ended without a usable result; its message is the one-line reason that
+    ``summary.json`` records as ``failure`` (``"status": "failed"``)."""
+
+
+class TooFewClientsError(RunFailedError):
     """A round had fewer online clients than required and the scenario says fail."""
 
 
@@ -254,7 +259,7 @@ class FedFlex(Strategy):
             record.skipped = True
             msg = f"round {server_round}: {len(online)} client(s) online, fewer than min_clients={self.min_clients}"
             if self.on_too_few == "fail":
-                raise TooFewClientsError(msg)
+                raise TooFewClientsError(f"{msg} (churn.on_too_few=fail)")
             log(WARNING, "%s: round skipped, model kept", msg)
         return record
 

@@ -255,3 +255,36 @@ class NodeDirectory:
 
     def client_of(self, node: int) -> int | None:
         return self.node_to_client.get(node)
+
+
+def simulated_node_count(
+    grid: Grid,
+    need: int,
+    timeout: float,
+    settle: float = 1.0,
+    poll: float = 0.05,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """How many SuperNodes Flower's simulation runs (``num-supernodes``).
+
+    The simulation registers all of its nodes in one loop just after the ServerApp
+    thread starts (``vce_api._register_nodes``) and never adds any later, so the count is
+    final once ``need`` nodes are there or once it stopped growing for ``settle``
+    seconds (at most ``timeout`` seconds in all): no node that was not registered by
+    then will ever come.
+    """
+    deadline = clock() + timeout
+    count, since = -1, clock()
+    while True:
+        now_count = len(grid.get_node_ids())
+        if now_count >= need:
+            return now_count
+        now = clock()
+        if now_count != count:
+            count, since = now_count, now
+        elif count > 0 and now - since >= settle:
+            return count
+        if now >= deadline:
+            return count
+        sleep(poll)

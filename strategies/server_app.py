@@ -58,6 +58,8 @@ from fedflex.runinfo import provenance, run_log
 from fedflex.statefile import StateFileError, read_state, write_state
 from fedflex.tracking import open_trackers
 from strategies.build import ModelInfo, build_strategy
+from strategies.fedflex import RunFailedError
+from strategies.nodes import simulated_node_count
 from strategies.observers import Checkpointer, EachRound, RowWriter, RunClock, StopRules, TestSetEvaluation, Tracking
 
 logger = logging.getLogger(__name__)
@@ -239,6 +241,9 @@ def _run_server(
         strategy.load_state_dict(resume["strategy"])
         initial = numpy_to_record(strategy.global_arrays)
         first_round = int(resume["round"]) + 1
+    simulated = type(grid).__name__ == "InMemoryGrid"
+    if simulated:  # nothing is written before this check: a wrong federation size is a usage error
+        check_simulated_nodes(grid, cfg)
     tracking = None
     if out_dir is not None:
         saved = _with_trace_copy(cfg, Path(out_dir))
@@ -247,7 +252,7 @@ def _run_server(
             tracking = Tracking(open_trackers(cfg.output.trackers, Path(out_dir), cfg.name), to_dict(saved))
     elif cfg.output.trackers:
         logger.warning("output.trackers %s: no results directory, so no tracking", list(cfg.output.trackers))
-    info = provenance(cfg.client.device) if recorder is not None else None
+    origin = provenance(cfg.client.device) if recorder is not None else None
     progress = Progress(cfg.rounds, cfg.output.progress, initial=first_round - 1)
     stops = StopRules(cfg, lambda: strategy.global_arrays)
     checkpoints = None
@@ -264,12 +269,15 @@ def _run_server(
     raising = False
     # Flower's simulation registers its nodes while the ServerApp already runs: wait for
     # all of them; a deployment waits for deployment.wait_for_nodes SuperNodes (bounded)
-    simulated = type(grid).__name__ == "InMemoryGrid"
     wait_n = cfg.num_clients if simulated else cfg.deployment.wait_for_nodes
     if wait_n:
         strategy.nodes.wait_for(grid, wait_n, cfg.deployment.wait_timeout, poll=0.05 if simulated else 1.0)
     if wrap_grid is not None:
         grid = wrap_grid(grid, strategy.nodes.client_of)
+    rows = recorder.rows if recorder is not None else []
+    on_round = RowWriter(recorder, progress)
+    if recorder is None:  # the rows are needed to tell whether any round trained
+        on_round = _also_keep(on_round, rows)
     try:
         result = strategy.start(
             grid,
@@ -278,21 +286,29 @@ def _run_server(
             timeout=cfg.deployment.round_timeout or cfg.simulation.timeout,
             train_config=train_config(cfg),
             evaluate_fn=TestSetEvaluation(cfg, model, data.test, partition.client_labels),
-            on_round=EachRound(RowWriter(recorder, progress), tracking),
+            on_round=EachRound(on_round, tracking),
             first_round=first_round,
             after_round=checkpoints,
             stop=stops,
         )
         if recorder is not None:
             recorder.save_model(strategy.global_arrays)
-        extra["status"] = "completed"  # unless a stop rule says otherwise (below)
-        return result
+        failure = untrained(rows, cfg.strategy.sampler.min_clients)
+        extra["status"] = "completed" if failure is None else "failed"  # unless a stop rule says otherwise
+        if failure is not None:
+            extra["failure"] = failure
+    except RunFailedError as exc:  # churn.on_too_few=fail
+        extra["failure"] = str(exc)
+        raising = True
+        raise
     except BaseException:
         raising = True
         raise
     finally:
         progress.close()
         extra.update(stops.fields)
+        if "failure" in extra and extra["status"] != "failed":  # interrupted or diverged: that is the news
+            del extra["failure"]
         if recorder is not None:
             extra.update(
                 {
@@ -307,7 +323,7 @@ def _run_server(
                     },
                     "run_wall_s": clock.total(),
                     "label_entropy_mean": float(np.mean(partition.entropies())),
-                    "provenance": info,
+                    "provenance": origin,
                 }
             )
             extra["transitions"] = transition_summary(recorder.rows, cfg.evaluation.transition_window)
@@ -321,6 +337,58 @@ def _run_server(
                 logger.info("summary.json not written either: %s", exc)
             if tracking is not None:
                 tracking.finish(summary)
+    if extra.get("failure"):  # summary.json says it too
+        raise RunFailedError(extra["failure"])
+    return result
+
+
+def untrained(rows: list[dict[str, Any]], min_clients: int) -> Optional[str]:
+    """Why no round of a run trained (None when one did): ``rows`` are the run's rows
+    (metrics.jsonl); a round trained when a reply was aggregated (``num_examples`` > 0).
+    Extra rounds of parts (``phase`` != "train") do not count."""
+    train = [r for r in rows if r.get("phase", "train") == "train"]
+    if not train or any(r.get("num_examples") for r in train):
+        return None  # no round ran (stopped before round 1), or one trained
+    skipped = sum(1 for r in train if r.get("skipped"))
+    why = []
+    if skipped:
+        why.append(f"{skipped} skipped with fewer than strategy.sampler.min_clients={min_clients} clients online")
+    if len(train) > skipped:
+        why.append(f"{len(train) - skipped} without a usable reply")
+    return f"no round trained: of {len(train)} round(s), {' and '.join(why)}"
+
+
+def _also_keep(on_round: Callable[[Any], None], rows: list[dict[str, Any]]) -> Callable[[Any], None]:
+    """``on_round`` that also appends each record's row to ``rows``."""
+
+    def both(record) -> None:
+        on_round(record)
+        rows.append(record.to_json())
+
+    return both
+
+
+def check_simulated_nodes(grid: Grid, cfg: ScenarioConfig) -> None:
+    """Refuse a simulation with fewer SuperNodes than the scenario has clients.
+
+    ``flwr run .`` simulates Flower's default federation, 2 SuperNodes unless
+    ``num-supernodes`` is set; the missing client ids would never come online and every
+    round would be skipped after ``deployment.wait_timeout``.
+
+    Raises
+    ------
+    RunConfigError
+        With the ``flwr run`` option that sets the federation's size.
+    """
+    have = simulated_node_count(grid, cfg.num_clients, cfg.deployment.wait_timeout)
+    if have < cfg.num_clients:
+        raise RunConfigError(
+            f"the simulation runs {have} SuperNode(s) but scenario {cfg.name!r} has num_clients={cfg.num_clients}: "
+            f'run it with flwr run . --federation-config "num-supernodes={cfg.num_clients}" '
+            f"(or a scenario with num_clients={have})"
+        )
+    if have > cfg.num_clients:
+        logger.warning("the simulation runs %d SuperNodes; the scenario uses %d of them", have, cfg.num_clients)
 
 
 def make_server_app(

@@ -25,6 +25,11 @@ see :mod:`fedflex.study`.
 
 A bad key or value exits with status 2 and one line naming the key; nothing is written.
 
+A run in which no round trained (every round skipped for too few online clients, or
+without a usable reply), or stopped by ``churn.on_too_few=fail``, is a failed run:
+``"status": "failed"`` and the reason as ``failure`` in summary.json, that reason as one
+line, exit status 1.
+
 Exit status: 0 completed (or stopped at ``evaluation.stop_at_accuracy``); 1 missing data
 or a failed run; 2 a bad scenario, override, ``--out`` or checkpoint (nothing written);
 3 the run diverged (``evaluation.stop_on_divergence``); 74 the results could not be
@@ -48,6 +53,7 @@ from fedflex.config import ConfigError, load_scenario
 from fedflex.results import CHECKPOINT_FILE, default_out_dir
 from fedflex.rundir import RunDirError, RunDirLock
 
+EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_DIVERGED = 3
 EXIT_WRITE = 74  # sysexits.h EX_IOERR
@@ -213,6 +219,9 @@ def _finished(out: Path) -> int:
         else:
             print(f"fedflex: interrupted before a round completed; nothing to resume in {out}", file=sys.stderr)
         return interrupts.exit_code(signum)
+    if status == "failed" and summary.get("failure"):
+        print(f"fedflex: the run failed: {summary['failure']}; results in {out}", file=sys.stderr)
+        return EXIT_FAILED
     if status == "diverged":
         print(
             f"fedflex: diverged in round {summary.get('diverged_round')}: {summary.get('divergence')}; "

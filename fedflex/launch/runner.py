@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from fedflex import interrupts
 from fedflex.config import ScenarioConfig
 from fedflex.data import load_dataset
 
@@ -71,22 +72,39 @@ def cohort_grid(cfg: ScenarioConfig, workers: int):
     return wrap
 
 
+def _worker_pythonpath() -> str:
+    """PYTHONPATH for Ray's workers: the repository (they import ``clients``) and ours."""
+    root = str(Path(__file__).resolve().parents[2])  # the repository: fedflex/launch/runner.py
+    return os.pathsep.join([root, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])
+
+
 def attach_ray(address: str) -> tuple[float, float]:
     """Connect this process to a running Ray cluster (Flower's backend then uses that
     connection); returns the cluster's CPUs and GPUs."""
     import ray
 
-    root = str(Path(__file__).resolve().parents[2])  # the repository: fedflex/launch/runner.py
-    pythonpath = os.pathsep.join([root, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])
-    ray.init(
-        address=address,
-        runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
-        logging_level=logging.ERROR,
-        log_to_driver=False,
-    )
+    with interrupts.shielding_children():  # ray.init takes SIGTERM: give it back to the round loop
+        ray.init(
+            address=address,
+            runtime_env={"env_vars": {"PYTHONPATH": _worker_pythonpath()}},
+            logging_level=logging.ERROR,
+            log_to_driver=False,
+        )
     resources = ray.cluster_resources()
     logger.info("attached to Ray cluster %s: %s", address, resources)
     return float(resources.get("CPU", 1)), float(resources.get("GPU", 0))
+
+
+def start_ray(cfg: ScenarioConfig) -> None:
+    """Start the local Ray instance with :func:`backend_config`'s settings before Flower's
+    backend would (it uses a running one), so that a stop signal ends the run at a round
+    boundary (:func:`fedflex.interrupts.shielding_children`) instead of killing Ray."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    with interrupts.shielding_children():
+        ray.init(runtime_env={"env_vars": {"PYTHONPATH": _worker_pythonpath()}}, **backend_config(cfg)["init_args"])
 
 
 class _DropRunSimulationDeprecation(logging.Filter):
@@ -120,7 +138,25 @@ def run(
 ) -> None:
     """Run ``cfg`` in simulation, writing the results contract to ``out_dir``; ``resume``:
     a checkpoint of that directory to continue from; ``recorder``: where the results go
-    when ``out_dir`` is None (:class:`fedflex.results.MemoryRecorder`)."""
+    when ``out_dir`` is None (:class:`fedflex.results.MemoryRecorder`).
+
+    A run that fails for a reason the run itself states (no round trained,
+    ``churn.on_too_few=fail``) returns normally: ``out_dir/summary.json`` has
+    ``"status": "failed"`` and the reason as ``failure``. Without ``out_dir`` it raises
+    :class:`strategies.fedflex.RunFailedError`.
+    """
+    from strategies.fedflex import RunFailedError
+
+    try:
+        _run(cfg, out_dir, verbose, resume, recorder)
+    except RunFailedError:
+        if out_dir is None:
+            raise
+
+
+def _run(
+    cfg: ScenarioConfig, out_dir: Optional[Path], verbose: bool, resume: Optional[dict], recorder: Optional[Any]
+) -> None:
     from flwr.simulation import run_simulation
 
     from clients.client_app import app as client_app
@@ -141,6 +177,8 @@ def run(
     cpus = gpus = None
     if cfg.simulation.ray_address:
         cpus, gpus = attach_ray(cfg.simulation.ray_address)
+    else:
+        start_ray(cfg)
     workers = ray_workers(cfg, cpus, gpus)
     run_simulation(
         server_app=make_server_app(

@@ -151,6 +151,59 @@ def test_ctrl_c_on_the_ray_backend_stops_ray_within_seconds(tmp_path):
 
 
 @pytest.mark.slow
+def test_sigterm_to_the_process_group_on_the_ray_backend_stops_at_a_round_boundary_and_resumes(tmp_path):
+    # Prepare: what SLURM, systemd and `timeout` do: SIGTERM to every process of the run,
+    # Ray's included, in the middle of a round; an uninterrupted run as the reference
+    ray = ["rounds=8", "dataset.samples_per_client=3000", "output.progress=off", "output.plots=false"]
+    env = _env(tmp_path)
+    full = tmp_path / "full"
+    cmd = [sys.executable, "-m", "fedflex", "run", str(QUICKSTART), *ray]
+    subprocess.run([*cmd, "--out", str(full)], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*cmd, "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _wait_rows(out, 2, proc, timeout=180)
+        # Execute
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    # Assert: 143, the two lines of an interrupt, no Ray crash; summary written
+    assert proc.returncode == 143, err[-2000:]
+    assert err.strip().splitlines() == [
+        "fedflex: SIGTERM: stopping after the round in flight (press Ctrl-C again to exit now)",
+        f"fedflex: interrupted after round {json.loads((out / 'summary.json').read_text())['last_round']}; "
+        f"results so far in {out}; continue with: fedflex run --resume {out}",
+    ]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["interrupted_by"] == "SIGTERM"
+    assert 2 <= summary["last_round"] < 8
+    # ... and --resume ends with the uninterrupted run's model
+    resumed = subprocess.run(
+        [sys.executable, "-m", "fedflex", "run", "--resume", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    a, b = np.load(full / "model.npz"), np.load(out / "model.npz")
+    assert sorted(a.files) == sorted(b.files)
+    for key in a.files:
+        np.testing.assert_array_equal(a[key], b[key])
+
+
+@pytest.mark.slow
 def test_second_interrupt_exits_at_once(tmp_path):
     out = tmp_path / "out"
     proc = _start(tmp_path, out, ["dataset.samples_per_client=20000"])
@@ -196,6 +249,44 @@ def test_divergence_can_be_ignored(tmp_path, capsys):
     )
     assert code == 0
     assert json.loads((out / "summary.json").read_text())["rounds"] == 6
+
+
+# ---------------------------------------------------------------------------- no round trained
+def _nobody_online(tmp_path):
+    """A trace in which no client is ever online."""
+    trace = tmp_path / "nobody.csv"
+    trace.write_text("client,online_from,online_until\n")
+    return ["churn.kind=trace", f"churn.trace={trace}", "rounds=3", *FAST]
+
+
+def test_a_run_in_which_no_round_trained_fails_with_one_line(tmp_path, capsys):
+    # Prepare
+    out = tmp_path / "out"
+    # Execute
+    code = main(["run", str(QUICKSTART), *_nobody_online(tmp_path), "--out", str(out)])
+    # Assert: exit 1, the reason as the last line (after the per-round skip warnings) and in summary.json
+    err = capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    reason = "no round trained: of 3 round(s), 3 skipped with fewer than strategy.sampler.min_clients=2 clients online"
+    assert code == 1
+    assert summary["status"] == "failed" and summary["failure"] == reason
+    assert summary["skipped_rounds"] == 3
+    assert err.strip().splitlines()[-1] == f"fedflex: the run failed: {reason}; results in {out}"
+    assert "Traceback" not in err
+
+
+def test_on_too_few_fail_ends_with_one_line_not_a_traceback(tmp_path, capsys):
+    # Prepare
+    out = tmp_path / "out"
+    # Execute
+    code = main(["run", str(QUICKSTART), *_nobody_online(tmp_path), "churn.on_too_few=fail", "--out", str(out)])
+    # Assert
+    err = _one_line_error(capsys)
+    reason = "round 1: 0 client(s) online, fewer than min_clients=2 (churn.on_too_few=fail)"
+    assert code == 1
+    assert err == f"fedflex: the run failed: {reason}; results in {out}"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["failure"] == reason
 
 
 # ---------------------------------------------------------------------------- trace CSV at load

@@ -4,6 +4,7 @@ LocalGrid hands each message to the real ClientApp handlers (records, metadata, 
 replies) without Ray, so these tests exercise the server/client contract in seconds.
 """
 
+import json
 import math
 
 import numpy as np
@@ -15,7 +16,7 @@ from clients.client_app import app as client_app
 from fedflex.config import load_scenario
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.results import read_metrics
-from strategies.fedflex import TooFewClientsError
+from strategies.fedflex import RunFailedError, TooFewClientsError
 from strategies.server_app import run_server
 
 BASE = [
@@ -79,6 +80,50 @@ def test_too_few_clients_can_fail_the_run(tmp_path):
                 "churn.on_too_few=fail",
             ],
         )
+
+
+def test_too_few_clients_failing_the_run_is_in_the_summary(tmp_path):
+    # Prepare: round 2 has 1 client online, min_clients 2
+    churn = ["churn.kind=sessions", "churn.sessions=[[0,1,2],[3]]", "churn.rounds_per_session=1"]
+    # Execute
+    with pytest.raises(RunFailedError):
+        _run(tmp_path, [*churn, "strategy.sampler.min_clients=2", "churn.on_too_few=fail"])
+    # Assert: round 1 kept, the reason recorded
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["last_round"] == 1
+    assert summary["failure"] == "round 2: 1 client(s) online, fewer than min_clients=2 (churn.on_too_few=fail)"
+
+
+def test_a_run_with_some_skipped_rounds_still_completes(tmp_path):
+    churn = ["churn.kind=sessions", "churn.sessions=[[0,1,2],[3]]", "churn.rounds_per_session=1"]
+    _, rows, _ = _run(tmp_path, [*churn, "strategy.sampler.min_clients=2"])
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [r["skipped"] for r in rows] == [False, True, False, True]
+    assert summary["status"] == "completed" and "failure" not in summary
+
+
+def test_a_run_whose_every_reply_failed_is_a_failed_run(tmp_path):
+    # Prepare: clients answer who they are but every training fails
+    def no_training(msg, context):
+        if msg.metadata.message_type == "train":
+            raise RuntimeError("out of memory")
+        return client_app(msg, context)
+
+    cfg = load_scenario(None, BASE)
+    # Execute
+    with pytest.raises(RunFailedError) as raised:
+        run_server(LocalGrid(no_training, cfg.num_clients), cfg, tmp_path / "out")
+    # Assert: 4 rounds, none trained
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    reason = "no round trained: of 4 round(s), 4 without a usable reply"
+    assert str(raised.value) == reason
+    assert summary["status"] == "failed" and summary["failure"] == reason and summary["rounds"] == 4
+
+
+def test_a_run_without_results_directory_that_trained_nothing_raises_too():
+    cfg = load_scenario(None, [*BASE, "churn.kind=sessions", "churn.sessions=[[0]]", "strategy.sampler.min_clients=2"])
+    with pytest.raises(RunFailedError, match=r"of 4 round\(s\), 4 skipped with fewer than"):
+        run_server(LocalGrid(client_app, cfg.num_clients), cfg, None)
 
 
 def test_skipped_round_keeps_the_model(tmp_path):

@@ -9,7 +9,7 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from clients.client_app import app as client_app
 from fedflex import keys
 from fedflex.launch.local_grid import LocalGrid
-from strategies.nodes import NodeDirectory
+from strategies.nodes import NodeDirectory, simulated_node_count
 
 
 class _Clock:
@@ -199,3 +199,46 @@ def test_simulated_nodes_still_registering_are_waited_for_not_queried():
     directory.refresh(grid)
     assert len(directory.clients()) == 100
     assert len(_query_messages(grid)) == NodeDirectory.SIMULATION_PROBES
+
+
+# ------------------------------------------------------------------ simulated_node_count
+class _Registering:
+    """A simulation grid whose node list grows by ``step`` per poll up to ``total``; the
+    fake clock advances by each sleep."""
+
+    def __init__(self, total: int, step: int) -> None:
+        self.total, self.step, self.seen = total, step, 0
+        self.clock = _Clock()
+
+    def get_node_ids(self) -> list[int]:
+        self.seen = min(self.total, self.seen + self.step)
+        return list(range(self.seen))
+
+    def sleep(self, seconds: float) -> None:
+        self.clock.now += seconds
+
+
+def _count(grid: _Registering, need: int, timeout: float = 300.0) -> int:
+    return simulated_node_count(grid, need, timeout, settle=1.0, poll=0.25, clock=grid.clock, sleep=grid.sleep)
+
+
+def test_simulated_node_count_returns_as_soon_as_every_client_has_a_node():
+    grid = _Registering(total=20, step=20)
+    assert _count(grid, 20) == 20
+    assert grid.clock.now == 0.0
+
+
+def test_simulated_node_count_settles_on_a_smaller_federation_within_a_second():
+    # Prepare: Flower's default 2 SuperNodes, registered one per poll; the scenario needs 20
+    grid = _Registering(total=2, step=1)
+    # Execute
+    have = _count(grid, 20)
+    # Assert: 2 seen at t=0.25, unchanged for 1 s: t=1.25, not the 300 s timeout
+    assert have == 2
+    assert grid.clock.now == 1.25
+
+
+def test_simulated_node_count_gives_up_at_the_timeout_when_no_node_registers():
+    grid = _Registering(total=0, step=0)
+    assert _count(grid, 20, timeout=2.0) == 0
+    assert grid.clock.now == 2.0

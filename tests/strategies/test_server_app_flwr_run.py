@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -171,3 +172,32 @@ def test_a_checkpoint_round_trips_the_strategy_state_exactly(tmp_path):
     assert isinstance(got["last"], tuple) and got["last"][0] == 1
     np.testing.assert_array_equal(got["last"][1]["w"], np.ones(2))
     assert np.isnan(got["loss"])
+
+
+# ------------------------------------------------------------------ federation size
+@pytest.mark.slow  # Ray starts and stops: about 20 s here
+def test_a_simulation_with_fewer_supernodes_than_clients_stops_at_once_naming_the_fix(tmp_path):
+    # Prepare: what plain `flwr run .` does: Flower's default federation of 2 simulated
+    # SuperNodes for the quickstart scenario's 20 clients (Flower registers them while
+    # the ServerApp already runs)
+    from flwr.simulation import run_simulation
+
+    from clients.client_app import app as client_app
+    from fedflex.config import load_scenario
+    from fedflex.launch.runner import backend_config
+    from strategies.server_app import make_server_app
+
+    cfg = load_scenario(QUICKSTART, ["output.progress=off", "output.plots=false", "simulation.num_cpus=1"])
+    out = tmp_path / "out"
+    # Execute
+    t0 = time.monotonic()
+    with pytest.raises(RunConfigError) as raised:
+        run_simulation(make_server_app(cfg, out), client_app, num_supernodes=2, backend_config=backend_config(cfg))
+    elapsed = time.monotonic() - t0
+    # Assert: one line with the flwr run option, well before deployment.wait_timeout (300 s); nothing written
+    assert str(raised.value) == (
+        "the simulation runs 2 SuperNode(s) but scenario 'quickstart' has num_clients=20: "
+        'run it with flwr run . --federation-config "num-supernodes=20" (or a scenario with num_clients=2)'
+    )
+    assert elapsed < 30
+    assert not out.exists()
