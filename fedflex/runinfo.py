@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import fedflex
+from fedflex.results import CONFIG_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -106,12 +107,16 @@ def run_log(out_dir: Optional[Path], first_line: str = "") -> Iterator[None]:
     the file) while the block runs: a FileHandler on fedflex's and Flower's loggers,
     removed after. The file holds what those loggers pass at their levels, i.e. what the
     console shows (warnings; with ``--verbose`` also INFO). ``first_line``: written first
-    (to the file only). ``out_dir`` None: nothing."""
+    (to the file only). ``out_dir`` None: nothing. A new run that did not get as far as
+    writing config.yaml (e.g. a full disk) leaves no run.log behind either: its results
+    directory stays empty, so the same ``--out`` can be used again."""
     if out_dir is None:
         yield
         return
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(Path(out_dir) / RUN_LOG, mode="a", encoding="utf-8")
+    path = Path(out_dir) / RUN_LOG
+    new = not path.exists()
+    handler = logging.FileHandler(path, mode="a", encoding="utf-8")
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     if first_line:
         record = {"name": __name__, "levelno": logging.INFO, "levelname": "INFO", "msg": first_line}
@@ -125,3 +130,5 @@ def run_log(out_dir: Optional[Path], first_line: str = "") -> Iterator[None]:
         for lg in loggers:
             lg.removeHandler(handler)
         handler.close()
+        if new and not (Path(out_dir) / CONFIG_FILE).exists():
+            path.unlink(missing_ok=True)

@@ -179,7 +179,7 @@ def test_a_run_that_fills_the_disk_mid_way_is_resumed_to_the_uninterrupted_model
     assert code == 74 and f"continue with: fedflex run --resume {out}" in err
     assert [r["round"] for r in _rows(out)] == [1, 2]
     assert not (out / "model.npz").exists() and not (out / "summary.json").exists()
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.npz", "config.yaml", "metrics.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.npz", "config.yaml", "metrics.jsonl", "run.log"]
     # ... and once there is room, --resume ends with the uninterrupted run's model and rows
     disk.free()
     assert main(["run", "--resume", str(out)]) == 0

@@ -33,6 +33,7 @@ TINY = [
 def test_run_log_copies_the_runs_log_lines_and_is_removed_after(tmp_path):
     # Prepare
     before = {name: list(logging.getLogger(name).handlers) for name in runinfo.RUN_LOGGERS}
+    (tmp_path / "config.yaml").write_text("name: quickstart\n")  # the run got as far as its config
 
     # Execute
     with runinfo.run_log(tmp_path, "starting quickstart"):
@@ -53,7 +54,18 @@ def test_run_log_copies_the_runs_log_lines_and_is_removed_after(tmp_path):
     assert {name: list(logging.getLogger(name).handlers) for name in runinfo.RUN_LOGGERS} == before
 
 
+def test_a_run_that_wrote_no_config_leaves_no_run_log(tmp_path):
+    # Execute: the run fails before config.yaml is written (a full disk, say)
+    with pytest.raises(OSError):
+        with runinfo.run_log(tmp_path, "starting"):
+            logging.getLogger("fedflex.results").error("no space")
+            raise OSError("No space left on device")
+    # Assert: the directory is as empty as before, so the same --out can be used again
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_resumed_run_appends_to_run_log(tmp_path):
+    (tmp_path / "config.yaml").write_text("name: s\n")
     # Execute
     with runinfo.run_log(tmp_path, "starting"):
         pass
