@@ -1,16 +1,17 @@
 """``fedflex sweep`` and ``fedflex compare`` on the command line (:mod:`fedflex.study`).
 
 fedflex sweep SCENARIO.yaml [dotted.key=value ...] --grid KEY=V1,V2 [--grid ...]
-              [--seeds 0,1,2] --out DIR [--jobs N]
+              [--seeds 0,1,2] --out DIR [--jobs N] [--dry-run]
 fedflex sweep scenarios/studies/NAME.yaml [dotted.key=value ...] [--grid ...] [--seeds ...]
-              [--out DIR] [--jobs N]
-fedflex compare DIR... [--by KEY ...] [--target ACC] [--metric NAME ...] [--out DIR]
-              [--include-incomplete] [--smooth W] [--smooth-order P]
+              [--out DIR] [--jobs N] [--dry-run]
+fedflex compare DIR... [--by KEY ...] [--target ACC] [--metric NAME ...] [--field PATH ...]
+              [--reference FILE] [--out DIR] [--include-incomplete] [--smooth W] [--smooth-order P]
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -21,7 +22,9 @@ EXIT_USAGE = 2
 
 
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("scenario", help="scenario YAML file, or a study file (scenario:, overrides:, grid:, seeds:)")
+    parser.add_argument(
+        "scenario", help="scenario YAML file, or a study file (scenarios/studies/: scenario:, variants:, grid:, seeds:)"
+    )
     parser.add_argument("overrides", nargs="*", help="OmegaConf dotlist overrides for every run")
     parser.add_argument(
         "--grid", action="append", default=[], metavar="KEY=V1,V2", help="a grid axis (repeat for more axes)"
@@ -29,6 +32,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", help="seeds, e.g. 0,1,2 (default: the study file's, else the scenario's seed)")
     parser.add_argument("--out", help="sweep directory (default for a study file: runs/<study name>)")
     parser.add_argument("--jobs", type=int, help="runs at a time, each on its share of the CPUs (default 1)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="plan and check every run's config, print the runs, start nothing"
+    )
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +50,18 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metric", action="append", default=[], metavar="NAME", help="also plot this metrics.jsonl field (repeat)"
     )
+    parser.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="also tabulate this summary.json number, a dotted path (repeat; e.g. transitions.2.mean_online_accuracy)",
+    )
+    parser.add_argument(
+        "--reference",
+        metavar="FILE",
+        help="a study file (or YAML) whose reference: numbers join the table as columns (a paper's figures)",
+    )
     parser.add_argument("--out", help="where compare.md, compare.csv and the plots go (default: DIR/compare)")
     parser.add_argument("--include-incomplete", action="store_true", help="keep runs that did not complete")
     parser.add_argument("--smooth", type=int, default=13, metavar="W", help="Savitzky-Golay window (odd; default 13)")
@@ -55,8 +73,33 @@ def _fail(message: str) -> int:
     return EXIT_USAGE
 
 
+class _Once(logging.Filter):
+    """Lets each distinct message through once (planning loads every member's config
+    several times, and a scenario's warnings would repeat for each)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        new = message not in self.seen
+        self.seen.add(message)
+        return new
+
+
 def sweep_command(args: argparse.Namespace) -> int:
     """``fedflex sweep``: plan (every member's config checked), then run what is left."""
+    config_log = logging.getLogger("fedflex.config")
+    once = _Once()
+    config_log.addFilter(once)
+    try:
+        return _sweep(args)
+    finally:
+        config_log.removeFilter(once)
+
+
+def _sweep(args: argparse.Namespace) -> int:
     from fedflex.study import sweep as sw
 
     try:
@@ -68,13 +111,15 @@ def sweep_command(args: argparse.Namespace) -> int:
             seeds = sw.parse_seeds(args.seeds) if args.seeds else study["seeds"]
             out = args.out or study["out"] or str(Path("runs") / Path(args.scenario).stem)
             jobs = args.jobs or study["jobs"] or 1
+            variants = study["variants"]
         else:
             if not args.out:
                 return _fail("sweep needs --out DIR (a later sweep into it keeps what finished)")
             scenario, overrides, out, jobs = args.scenario, list(args.overrides), args.out, args.jobs or 1
             grid = sw.parse_grid(args.grid)
             seeds = sw.parse_seeds(args.seeds) if args.seeds else None
-        sweep = sw.plan(Path(scenario), overrides, grid, seeds, Path(out), jobs)
+            variants = {}
+        sweep = sw.plan(Path(scenario), overrides, grid, seeds, Path(out), jobs, variants)
         from strategies.build import check_parts  # the CLI wires both sides
 
         for member in sweep.members:
@@ -88,6 +133,10 @@ def sweep_command(args: argparse.Namespace) -> int:
     except StudyError as exc:
         return _fail(str(exc))
     print(f"sweep: {sw.describe(sweep)}", flush=True)
+    if args.dry_run:
+        for member in sweep.members:
+            print(f"{member.name}: {' '.join(member.overrides)}")
+        return 0
     try:
         code = sw.SweepRunner(sweep, say=lambda line: print(line, flush=True)).run()
     except StudyError as exc:
@@ -99,6 +148,7 @@ def sweep_command(args: argparse.Namespace) -> int:
 def compare_command(args: argparse.Namespace) -> int:
     """``fedflex compare``: the Markdown table on stdout, files in ``--out``."""
     from fedflex.study.compare import write_comparison
+    from fedflex.study.reference import read_reference
 
     if args.out:
         out = Path(args.out)
@@ -112,10 +162,23 @@ def compare_command(args: argparse.Namespace) -> int:
         return _fail(f"--smooth {args.smooth} --smooth-order {args.smooth_order}: an odd window >= 3 above the order")
     by = [k for item in args.by for k in item.split(",") if k]
     metrics = [m for item in args.metric for m in item.split(",") if m]
+    fields = [f for item in args.field for f in item.split(",") if f]
     try:
+        reference = read_reference(Path(args.reference)) if args.reference else None
         text, written = write_comparison(
-            args.dirs, out, by or None, args.target, metrics, args.include_incomplete, args.smooth, args.smooth_order
+            args.dirs,
+            out,
+            by or None,
+            args.target,
+            metrics,
+            args.include_incomplete,
+            args.smooth,
+            args.smooth_order,
+            fields,
+            reference,
         )
+    except ConfigError as exc:
+        return _fail(f"config error: {exc}")
     except StudyError as exc:
         return _fail(str(exc))
     print(text, end="")

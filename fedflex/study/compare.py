@@ -10,8 +10,15 @@ wall time, each as mean, sample standard deviation (ddof = 1) and the 95% Studen
 interval of the mean (``scipy.stats.t``); rounds to a target accuracy on the raw and on the
 Savitzky-Golay-smoothed curve (:func:`fedflex.results.rounds_to_accuracy`,
 :func:`fedflex.results.smoothed_rounds_to_accuracy`), as mean and std over the runs that
-reach it. Runs that did not complete, or ran another number of rounds than the rest of
-their group, are listed and left out unless ``include_incomplete``.
+reach it (and their median); any numeric field of ``summary.json`` asked for (``fields``,
+a dotted path, list items by 0-based index: ``transitions.2.mean_online_accuracy``) as mean,
+std and interval. Runs that did not complete, or ran another number of rounds than the
+rest of their group, are listed and left out unless ``include_incomplete``.
+
+Runs of a sweep (a ``sweep.json`` beside them lists their grid point) are labelled by their
+grid point, ``method=fedavgm`` rather than the config keys a named variant sets, where the
+groups and the grid points correspond one to one; ``by`` may name a grid axis. A paper's
+numbers (:mod:`fedflex.study.reference`) join the table as columns of their own.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 
 from fedflex.results import read_metrics, rounds_to_accuracy, smoothed_rounds_to_accuracy, summarize
+from fedflex.study import reference as ref
 from fedflex.study.runs import StudyError, flatten, is_execution_key, is_run_dir, read_summary, run_state
 
 #: config keys that name the seed (grouping leaves them out)
@@ -49,6 +57,8 @@ class Run:
     rows: list[dict[str, Any]]  # training rounds only
     summary: Optional[dict[str, Any]]
     state: str
+    point: dict[str, str] = dataclasses.field(default_factory=dict)  # its sweep grid point, seed aside
+    order: tuple[str, int] = ("", 0)  # its sweep directory and place in the sweep's plan
 
     @property
     def stopped_early(self) -> bool:
@@ -103,9 +113,25 @@ def load_run(path: Path) -> Run:
     except (OSError, ValueError) as exc:
         raise StudyError(f"{path}/metrics.jsonl cannot be read ({exc})") from None
     rows = [r for r in rows if r.get("phase", "train") == "train"]
-    return Run(
-        Path(path), flatten(config if isinstance(config, dict) else {}), rows, read_summary(path), run_state(path)
-    )
+    point, order = sweep_point(Path(path))
+    flat = flatten(config if isinstance(config, dict) else {})
+    return Run(Path(path), flat, rows, read_summary(path), run_state(path), point, order)
+
+
+def sweep_point(path: Path) -> tuple[dict[str, str], tuple[str, int]]:
+    """The grid point (seed aside) and plan position of a run that a ``sweep.json`` in its
+    parent directory lists; ``({}, ("", 0))`` for other runs."""
+    index_path = path.parent / "sweep.json"
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}, ("", 0)
+    members = index.get("members") if isinstance(index, dict) else None
+    for k, member in enumerate(members if isinstance(members, list) else []):
+        if isinstance(member, dict) and member.get("name") == path.name and isinstance(member.get("point"), dict):
+            point = {str(a): str(v) for a, v in member["point"].items() if a not in SEED_KEYS}
+            return point, (str(path.parent), k)
+    return {}, ("", 0)
 
 
 def _key_text(value: Any) -> str:
@@ -142,18 +168,23 @@ def group_runs(runs: Sequence[Run], by: Optional[Sequence[str]] = None, include_
     ``include_incomplete``)."""
     if by:
         known = {k for r in runs for k in r.config}
+        axes = {a for r in runs for a in r.point}
         for key in by:
-            if key not in known:
-                raise StudyError(f"--by {key}: no run's config.yaml has this key")
+            if key not in known and key not in axes:
+                raise StudyError(f"--by {key}: no run's config.yaml has this key, and no sweep this grid axis")
         keys = list(by)
     else:
         keys = differing_keys(runs)
+
+    def value(run: Run, key: str) -> Any:
+        return run.config.get(key) if key in run.config or key not in run.point else run.point[key]
+
     buckets: dict[tuple, list[Run]] = {}
     for run in runs:
-        buckets.setdefault(tuple(_key_text(run.config.get(k)) for k in keys), []).append(run)
+        buckets.setdefault(tuple(_key_text(value(run, k)) for k in keys), []).append(run)
     groups, excluded = [], []
     for members in buckets.values():
-        values = {k: members[0].config.get(k) for k in keys}
+        values = {k: value(members[0], k) for k in keys}
         complete = [r for r in members if r.state == "completed" and not r.stopped_early]
         counts = Counter(len(r.rows) for r in complete)
         expected = max(counts, key=lambda n: (counts[n], n)) if counts else None
@@ -172,7 +203,26 @@ def group_runs(runs: Sequence[Run], by: Optional[Sequence[str]] = None, include_
             label = str(members[0].config.get("name", "all runs"))
         groups.append((label, values, kept))
     groups.sort(key=lambda g: _sort_key(tuple(g[1].values())))
+    points = [_common_point(runs) for _, _, runs in groups]
+    if groups and all(points) and len(set(points)) == len(points):  # grid points name the groups
+        groups = [(", ".join(f"{a}={v}" for a, v in p), values, runs) for p, (_, values, runs) in zip(points, groups)]
+        groups.sort(key=lambda g: min(r.order for r in g[2]))  # in the sweep's order
     return Study(keys, groups, excluded)
+
+
+def _common_point(runs: Sequence[Run]) -> tuple[tuple[str, str], ...]:
+    """The grid point all ``runs`` share, () when they have none or several."""
+    points = {tuple(r.point.items()) for r in runs}
+    return next(iter(points)) if len(points) == 1 else ()
+
+
+def group_parts(values: dict[str, Any], runs: Sequence[Run]) -> list[str]:
+    """A group's ``key=value`` parts for matching reference entries: its key values, its
+    runs' shared grid point, and the config values all its runs share."""
+    parts = [f"{k}={_plain(v)}" for k, v in values.items()]
+    parts += [f"{a}={v}" for a, v in _common_point(runs)]
+    shared = set.intersection(*({f"{k}={_plain(v)}" for k, v in r.config.items()} for r in runs)) if runs else set()
+    return list(dict.fromkeys([*parts, *sorted(shared)]))
 
 
 def _why_left_out(run: Run, expected: Optional[int]) -> Optional[str]:
@@ -213,8 +263,28 @@ def last_fraction_accuracy(rows: Sequence[dict[str, Any]], fraction: float = 0.1
     return float(np.mean(accs)) if accs else None
 
 
+def summary_value(summary: Optional[dict[str, Any]], path: str) -> Optional[float]:
+    """The number at dotted ``path`` of a summary (integer parts index lists, from 0);
+    None where there is none."""
+    node: Any = summary or {}
+    for part in path.split("."):
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and part.lstrip("-").isdigit() and -len(node) <= int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    if isinstance(node, (int, float)) and not isinstance(node, bool) and math.isfinite(node):
+        return float(node)
+    return None
+
+
 def run_figures(
-    run: Run, target: Optional[float], window: int = SMOOTH_WINDOW, order: int = SMOOTH_ORDER
+    run: Run,
+    target: Optional[float],
+    window: int = SMOOTH_WINDOW,
+    order: int = SMOOTH_ORDER,
+    fields: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One run's figures (the per-seed values a group's statistics are over)."""
     headline = summarize(run.rows)
@@ -231,22 +301,30 @@ def run_figures(
         figures["rounds_to_target_smoothed"] = smoothed_rounds_to_accuracy(
             run.rows, target, window, order, final_only=run.stopped_early or run.state != "completed"
         )
+    for path in fields:
+        figures[path] = summary_value(run.summary, path)
     return figures
 
 
 def table(
-    study: Study, target: Optional[float] = None, window: int = SMOOTH_WINDOW, order: int = SMOOTH_ORDER
+    study: Study,
+    target: Optional[float] = None,
+    window: int = SMOOTH_WINDOW,
+    order: int = SMOOTH_ORDER,
+    fields: Sequence[str] = (),
+    reference: Optional[dict[str, Any]] = None,
 ) -> list[dict[str, Any]]:
     """One dict per group: ``group``, the key values, ``n``, ``seeds``, ``rounds``, and per
-    figure ``<name>_mean`` / ``_std`` / ``_ci_low`` / ``_ci_high``; with a target,
-    ``rounds_to_target[_smoothed]_mean`` / ``_std`` / ``_reached``."""
+    figure (and summary field) ``<name>_mean`` / ``_std`` / ``_ci_low`` / ``_ci_high``;
+    with a target, ``rounds_to_target[_smoothed]_mean`` / ``_std`` / ``_median`` /
+    ``_reached``; with a reference, ``reference``: its columns for the group."""
     out = []
     for label, values, runs in study.groups:
-        per_run = [run_figures(r, target, window, order) for r in runs]
+        per_run = [run_figures(r, target, window, order, fields) for r in runs]
         row: dict[str, Any] = {"group": label, **values, "n": len(runs)}
         row["seeds"] = [r.config.get("seed") for r in runs]
         row["rounds"] = sorted({len(r.rows) for r in runs})
-        for name in STATS:
+        for name in (*STATS, *fields):
             for stat, value in mean_interval([f[name] for f in per_run]).items():
                 row[f"{name}_{stat}"] = value
         if target is not None:
@@ -254,7 +332,10 @@ def table(
                 reached = [f[name] for f in per_run if f[name] is not None]
                 stats = mean_interval(reached)
                 row[f"{name}_mean"], row[f"{name}_std"] = stats["mean"], stats["std"]
+                row[f"{name}_median"] = float(np.median(reached)) if reached else None
                 row[f"{name}_reached"] = len(reached)
+        if reference is not None:
+            row["reference"] = ref.match(reference, group_parts(values, runs))
         row["runs"] = [str(r.path) for r in runs]
         out.append(row)
     return out
@@ -267,10 +348,12 @@ def compare(
     include_incomplete: bool = False,
     window: int = SMOOTH_WINDOW,
     order: int = SMOOTH_ORDER,
+    fields: Sequence[str] = (),
+    reference: Optional[dict[str, Any]] = None,
 ) -> list[dict[str, Any]]:
     """The comparison table of the runs in ``dirs`` as data (see :func:`table`)."""
     study = group_runs([load_run(p) for p in find_runs(dirs)], by, include_incomplete)
-    return table(study, target, window, order)
+    return table(study, target, window, order, fields, reference)
 
 
 # ---------------------------------------------------------------------------- writing
@@ -290,15 +373,29 @@ def _rounds_cell(row: dict[str, Any], name: str) -> str:
     if not reached:
         return f"- (0/{row['n']})"
     std = row[f"{name}_std"]
-    return f"{row[f'{name}_mean']:.1f}" + (f" ± {std:.1f}" if std is not None else "") + f" ({reached}/{row['n']})"
+    mean = f"{row[f'{name}_mean']:.1f}" + (f" ± {std:.1f}" if std is not None else "")
+    return mean + f", median {row[f'{name}_median']:g} ({reached}/{row['n']})"
 
 
-def markdown(rows: Sequence[dict[str, Any]], study: Study, target: Optional[float], window: int = SMOOTH_WINDOW) -> str:
-    """The table as Markdown, with the runs left out listed under it."""
+def _reference_cell(value: Any) -> str:
+    return "-" if value is None else _plain(value)
+
+
+def markdown(
+    rows: Sequence[dict[str, Any]],
+    study: Study,
+    target: Optional[float],
+    window: int = SMOOTH_WINDOW,
+    fields: Sequence[str] = (),
+    reference: Optional[dict[str, Any]] = None,
+) -> str:
+    """The table as Markdown, with the reference's source and the runs left out under it."""
     head = ["group", "n", "final acc", "best acc", "last-10% acc"]
     if target is not None:
         head += [f"rounds to {target:g}", f"rounds to {target:g} (smoothed, w={window})"]
-    head += ["e-LUDD", "wall s"]
+    head += ["e-LUDD", "wall s", *fields]
+    extra = ref.columns(reference) if reference else []
+    head += extra
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [row["group"], str(row["n"])]
@@ -306,12 +403,16 @@ def markdown(rows: Sequence[dict[str, Any]], study: Study, target: Optional[floa
         if target is not None:
             cells += [_rounds_cell(row, "rounds_to_target"), _rounds_cell(row, "rounds_to_target_smoothed")]
         cells += [_cell(row, "e_ludd"), _cell(row, "wall_s", 1)]
+        cells += [_cell(row, name) for name in fields]
+        cells += [_reference_cell(row.get("reference", {}).get(c)) for c in extra]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     lines.append("")
     lines.append(
         f"Mean ± sample std over the runs (seeds) of each group, [{CONFIDENCE:.0%} Student-t interval of the mean]; "
-        "rounds to target: mean ± std over the runs that reach it (reached/n)."
+        "rounds to target: mean ± std and median over the runs that reach it (reached/n)."
     )
+    if extra:
+        lines.append(f"{', '.join(extra)}: {reference['source'] or 'reference numbers'}, as published (no seeds).")
     if study.excluded:
         lines += ["", "Left out (use --include-incomplete to keep them):", ""]
         lines += [f"- {run.path}: {why}" for run, why in study.excluded]
@@ -395,6 +496,8 @@ def write_comparison(
     include_incomplete: bool = False,
     window: int = SMOOTH_WINDOW,
     order: int = SMOOTH_ORDER,
+    fields: Sequence[str] = (),
+    reference: Optional[dict[str, Any]] = None,
 ) -> tuple[str, list[Path]]:
     """Write ``compare.md``, ``compare.csv`` and one PNG per metric (test accuracy first)
     into ``out``; returns the Markdown table and the files written.
@@ -402,7 +505,8 @@ def write_comparison(
     Raises
     ------
     StudyError
-        When no run is left to compare, or a metric is not a numeric field of the runs.
+        When no run is left to compare, a metric is not a numeric field of the runs, or a
+        summary field is in none of their summaries.
     """
     study = group_runs([load_run(p) for p in find_runs(dirs)], by, include_incomplete)
     if not study.groups:
@@ -416,8 +520,11 @@ def write_comparison(
             raise StudyError(
                 f"--metric {metric}: not a numeric field of metrics.jsonl; there are: {', '.join(available)}"
             )
-    rows = table(study, target, window, order)
-    text = markdown(rows, study, target, window)
+    for path in fields:
+        if all(summary_value(r.summary, path) is None for r in kept):
+            raise StudyError(f"--field {path}: not a number in any compared run's summary.json")
+    rows = table(study, target, window, order, fields, reference)
+    text = markdown(rows, study, target, window, fields, reference)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = [out / TABLE_FILE, out / CSV_FILE]

@@ -5,7 +5,7 @@
 ``stopped_early``), ``diverged`` (``evaluation.stop_on_divergence``), ``interrupted``
 (a signal; resumable with ``fedflex run --resume DIR``) or ``failed`` (an exception). A
 directory with rows but no ``summary.json`` belongs to a run that was killed (or is still
-running). Sweeps and the reproduce scripts use :func:`run_state` and :func:`is_finished`
+running). Sweeps (the reproductions among them) use :func:`run_state` and :func:`is_finished`
 so that they agree on what counts as a result.
 """
 

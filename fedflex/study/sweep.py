@@ -11,7 +11,27 @@ finished (:data:`fedflex.study.runs.FINISHED`), resumes an interrupted or killed
 from its checkpoint (``fedflex run --resume``), and runs a failed one (or one without a
 checkpoint) again from the start, after moving its directory to ``OUT/.replaced/``.
 ``OUT/sweep.json`` indexes the sweep: scenario, overrides, grid, seeds, and per member
-its overrides, directory, status and exit code.
+its grid point, overrides, directory, status and exit code.
+
+A study file (``scenarios/studies/*.yaml``) names what to sweep::
+
+    base: other_study.yaml        # optional: start from that study (keys below replace
+                                  # or, for overrides / variants / reference, extend its own)
+    scenario: ../quickstart.yaml  # resolved against this file's folder
+    overrides: {rounds: 10}       # for every run (a mapping, or a list of key=value)
+    variants:                     # optional: named bundles of overrides, one axis each
+      method:
+        fedavg: {strategy.aggregator.name: fedavg}
+        fedavgm: {strategy.aggregator.name: fedavgm, strategy.aggregator.server_momentum: 0.7}
+    grid:                         # key -> values; a variant axis -> variant names
+      method: [fedavg, fedavgm]
+      client.lr: [0.01, 0.1]
+    seeds: [0, 1, 2]
+    reference: {...}              # the paper's numbers (:mod:`fedflex.study.reference`)
+
+A run's directory and its grid point name a variant by its axis and name
+(``method=fedavgm,client.lr=0.1,seed=0``); ``--grid method=fedavg`` on the command line
+picks among the file's variants.
 
 A signal (Ctrl-C, SIGTERM, SIGHUP) starts no further member and is passed on once to
 the running ones, which stop at a round boundary with a checkpoint (``fedflex run``'s
@@ -39,6 +59,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence, TextIO
 
 from fedflex.config import ConfigError, _read_yaml, load_scenario, to_yaml
+from fedflex.study.reference import label_parts, merge_references, parse_reference
 from fedflex.study.runs import (
     FINISHED,
     RESUMABLE,
@@ -56,7 +77,7 @@ INDEX_FILE = "sweep.json"
 LOG_DIR = "logs"
 REPLACED_DIR = ".replaced"
 LOCK_FILE = ".sweep.lock"
-STUDY_KEYS = ("scenario", "overrides", "grid", "seeds", "out", "jobs")
+STUDY_KEYS = ("base", "scenario", "overrides", "variants", "grid", "seeds", "reference", "out", "jobs")
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 _SAFE = re.compile(r"[^A-Za-z0-9._=,+-]")
 MAX_NAME = 200
@@ -68,10 +89,11 @@ class Member:
 
     name: str
     point: tuple[tuple[str, str], ...]  # (key, value) of the grid point, seed last
+    settings: tuple[str, ...] = ()  # its overrides, variants expanded (default: key=value of the point)
 
     @property
     def overrides(self) -> list[str]:
-        return [f"{k}={v}" for k, v in self.point]
+        return list(self.settings) if self.settings else [f"{k}={v}" for k, v in self.point]
 
 
 @dataclasses.dataclass
@@ -85,6 +107,7 @@ class Sweep:
     out: Path
     jobs: int = 1
     members: list[Member] = dataclasses.field(default_factory=list)
+    variants: dict[str, dict[str, list[str]]] = dataclasses.field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------- planning
@@ -158,40 +181,100 @@ def _flat_overrides(mapping: Any, prefix: str = "") -> list[str]:
 
 
 def is_study_file(path: Path) -> bool:
-    """A study file (a mapping with ``scenario:``), as opposed to a scenario file."""
+    """A study file (a mapping with ``scenario:`` or ``base:``), as opposed to a scenario file."""
     try:
         data = _read_yaml(Path(path))
     except ConfigError:
         return False
-    return "scenario" in data
+    return "scenario" in data or "base" in data
 
 
-def read_study(path: Path) -> dict[str, Any]:
-    """A study file's ``scenario`` (resolved against the file's folder), ``overrides``,
-    ``grid``, ``seeds`` and optional ``out`` / ``jobs``."""
+def _override_list(value: Any, where: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [str(o) for o in value]
+    if isinstance(value, dict):
+        return _flat_overrides(value)
+    raise StudyError(f"{where}: expected a list of key=value or a mapping, not {type(value).__name__}")
+
+
+def _read_variants(data: Any, path: Path) -> dict[str, dict[str, list[str]]]:
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise StudyError(f"{path}: variants: expected axis: {{name: overrides}}")
+    variants: dict[str, dict[str, list[str]]] = {}
+    for axis, named in data.items():
+        axis = str(axis)
+        if "." in axis or "=" in axis or "," in axis or axis == "seed" or not axis:
+            raise StudyError(f"{path}: variants: axis {axis!r}: a plain name (no '.', '=' or ','), not 'seed'")
+        if not isinstance(named, dict) or not named:
+            raise StudyError(f"{path}: variants: {axis}: expected name: overrides")
+        variants[axis] = {str(n): _override_list(o, f"{path}: variants: {axis}: {n}") for n, o in named.items()}
+    return variants
+
+
+def read_study(path: Path, _within: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A study file's ``scenario`` (resolved against the folder of the file that names it),
+    ``overrides``, ``variants``, ``grid``, ``seeds``, ``reference`` and optional ``out`` /
+    ``jobs``, on top of those of its ``base:`` study when it has one."""
     path = Path(path)
+    if path.resolve() in _within:
+        raise StudyError(f"{path}: base: a study cannot be its own base")
     data = _read_yaml(path)
     unknown = sorted(set(data) - set(STUDY_KEYS))
     if unknown:
         raise StudyError(f"{path}: unknown key {unknown[0]!r}; a study file has: {', '.join(STUDY_KEYS)}")
-    if not isinstance(data.get("scenario"), str):
-        raise StudyError(f"{path}: scenario: expected the path of a scenario file")
-    study: dict[str, Any] = {"scenario": (path.parent / data["scenario"]).resolve()}
-    overrides = data.get("overrides") or []
-    study["overrides"] = [str(o) for o in overrides] if isinstance(overrides, list) else _flat_overrides(overrides)
+    if "base" in data:
+        if not isinstance(data["base"], str):
+            raise StudyError(f"{path}: base: expected the path of another study file")
+        study = read_study(path.parent / data["base"], (*_within, path.resolve()))
+    else:
+        study = {"overrides": [], "variants": {}, "grid": {}, "seeds": None, "reference": {"groups": {}}}
+        study.update(out=None, jobs=None)
+        if not isinstance(data.get("scenario"), str):
+            raise StudyError(f"{path}: scenario: expected the path of a scenario file")
+    if "scenario" in data:
+        if not isinstance(data["scenario"], str):
+            raise StudyError(f"{path}: scenario: expected the path of a scenario file")
+        study["scenario"] = (path.parent / data["scenario"]).resolve()
+    study["overrides"] = [*study["overrides"], *_override_list(data.get("overrides"), f"{path}: overrides")]
+    for axis, named in _read_variants(data.get("variants"), path).items():
+        study["variants"][axis] = {**study["variants"].get(axis, {}), **named}
     grid = data.get("grid") or {}
     if not isinstance(grid, dict):
         raise StudyError(f"{path}: grid: expected a mapping of key: [values]")
-    study["grid"] = {str(k): [_value_text(v) for v in (vs if isinstance(vs, list) else [vs])] for k, vs in grid.items()}
+    study["grid"] = {
+        **study["grid"],
+        **{str(k): [_value_text(v) for v in (vs if isinstance(vs, list) else [vs])] for k, vs in grid.items()},
+    }
     seeds = data.get("seeds")
     if seeds is not None:
         seeds = seeds if isinstance(seeds, list) else [seeds]
         if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
             raise StudyError(f"{path}: seeds: expected non-negative integers")
-    study["seeds"] = seeds
-    study["out"] = data.get("out")
-    study["jobs"] = data.get("jobs")
+        study["seeds"] = seeds
+    if data.get("reference") is not None:
+        study["reference"] = merge_references(study["reference"], parse_reference(data["reference"], str(path)))
+    for key in ("out", "jobs"):
+        if data.get(key) is not None:
+            study[key] = data[key]
+    _check_reference_axes(study, path)
     return study
+
+
+def _check_reference_axes(study: dict[str, Any], path: Path) -> None:
+    """Every ``variant=name`` part of a reference group names a known variant (a typo
+    would otherwise match no group, silently)."""
+    for key in study["reference"].get("groups", {}):
+        for part in label_parts(key):
+            axis, _, value = part.partition("=")
+            if axis in study["variants"] and value not in study["variants"][axis]:
+                raise StudyError(
+                    f"{path}: reference: group {key!r}: {value!r} is not a variant of {axis}; "
+                    f"there are: {', '.join(study['variants'][axis])}"
+                )
 
 
 def member_name(point: Sequence[tuple[str, str]]) -> str:
@@ -214,14 +297,16 @@ def plan(
     seeds: Optional[Sequence[int]],
     out: Path,
     jobs: int = 1,
+    variants: Optional[dict[str, dict[str, list[str]]]] = None,
 ) -> Sweep:
     """The members of a sweep, every one's config loaded and checked (nothing started).
+    A grid axis named in ``variants`` takes variant names, each standing for its overrides.
 
     Raises
     ------
     StudyError
-        For a grid over ``seed`` (use the seeds), no values, or two grid points with one
-        directory name.
+        For a grid over ``seed`` (use the seeds), no values, an unknown variant name, a
+        variant axis named like a config key, or two grid points with one directory name.
     ConfigError
         For a bad key or value of any member (the message names the member).
     """
@@ -229,17 +314,36 @@ def plan(
         raise StudyError("--grid seed=...: give the seeds with --seeds (or seeds: in a study file)")
     if jobs < 1:
         raise StudyError(f"--jobs {jobs}: must be >= 1")
+    variants = variants or {}
     base = load_scenario(scenario, overrides)
+    fields = {f.name for f in dataclasses.fields(base)}
+    for axis in variants:
+        if axis in fields:
+            raise StudyError(f"variants: axis {axis!r} is a config key; name the axis otherwise")
+    for key, values in grid.items():
+        unknown = [v for v in values if key in variants and v not in variants[key]]
+        if unknown:
+            raise StudyError(
+                f"--grid {key}={unknown[0]}: not a variant of {key}; there are: {', '.join(variants[key])}"
+            )
     seeds = list(seeds) if seeds else [base.seed]
     points: list[list[tuple[str, str]]] = [[]]
     for key, values in grid.items():
         points = [[*p, (key, v)] for p in points for v in values]
-    members = [Member(member_name([*p, ("seed", str(s))]), (*p, ("seed", str(s)))) for p in points for s in seeds]
+
+    def settings(point: list[tuple[str, str]]) -> tuple[str, ...]:
+        return tuple(o for k, v in point for o in (variants[k][v] if k in variants else [f"{k}={v}"]))
+
+    members = [
+        Member(member_name([*p, ("seed", str(s))]), (*p, ("seed", str(s))), settings([*p, ("seed", str(s))]))
+        for p in points
+        for s in seeds
+    ]
     names = [m.name for m in members]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise StudyError(f"two grid points share the directory name {twice[0]!r}: give distinct values")
-    sweep = Sweep(Path(scenario), list(overrides), dict(grid), seeds, Path(out), jobs, members)
+    sweep = Sweep(Path(scenario), list(overrides), dict(grid), seeds, Path(out), jobs, members, dict(variants))
     for member in members:
         try:
             load_scenario(scenario, [*overrides, *member.overrides])
@@ -348,6 +452,7 @@ class SweepRunner:
             member.name,
             {"name": member.name, "dir": str(self.sweep.out / member.name), "overrides": member.overrides},
         )
+        entry["point"] = dict(member.point)  # also for entries of an index written before points
         entry.update(fields)
 
     def write_index(self) -> None:
@@ -355,6 +460,7 @@ class SweepRunner:
         index = {
             "scenario": str(sweep.scenario),
             "overrides": sweep.overrides,
+            "variants": sweep.variants,
             "grid": sweep.grid,
             "seeds": sweep.seeds,
             "jobs": sweep.jobs,

@@ -232,3 +232,97 @@ def test_cli_prints_the_table_and_writes_into_the_directory(study_dir, capsys):
     assert code == 0
     assert "| strategy.sampler.name=hics | 2 |" in out
     assert (study_dir / "compare" / "compare.md").read_text() == out
+
+
+# ---------------------------------------------------------------------------- sweeps, fields, references
+def _index(root, points):
+    """A sweep.json listing ``points`` (run name -> grid point) in this order."""
+    members = [{"name": name, "point": point} for name, point in points.items()]
+    (root / "sweep.json").write_text(json.dumps({"members": members}))
+
+
+@pytest.fixture
+def variant_sweep(tmp_path):
+    """A sweep over a variant axis ``method``: ``slow`` (uniform sampler) and ``fast``
+    (hics), listed fast first; seeds 0, 1 each."""
+    root = tmp_path / "sweep"
+    points = {}
+    for method, sampler, c in (("fast", "hics", 0.6), ("slow", "uniform", 0.5)):
+        for seed in (0, 1):
+            name = f"method={method},seed={seed}"
+            _write_run(root / name, sampler, seed, _curve(c + 0.02 * seed), transitions=[{"acc": c + seed / 10}])
+            points[name] = {"method": method, "seed": str(seed)}
+    _index(root, points)
+    return root
+
+
+def test_runs_of_a_sweep_are_labelled_by_their_grid_point_in_the_sweeps_order(variant_sweep):
+    # Execute
+    rows = compare([variant_sweep])
+    # Assert: the label is the variant, not the config key it sets; fast (listed first) first
+    assert [(r["group"], r["n"]) for r in rows] == [("method=fast", 2), ("method=slow", 2)]
+    assert rows[0]["strategy.sampler.name"] == "hics"
+
+
+def test_by_may_name_a_grid_axis(variant_sweep):
+    # Execute
+    rows = compare([variant_sweep], by=["method"])
+    # Assert
+    assert [(r["group"], r["method"]) for r in rows] == [("method=fast", "fast"), ("method=slow", "slow")]
+
+
+def test_a_summary_field_is_tabulated_over_the_seeds(variant_sweep):
+    # Execute
+    rows = {r["group"]: r for r in compare([variant_sweep], fields=["transitions.0.acc"])}
+    # Assert: slow: 0.5, 0.6 -> mean 0.55, std 0.1 / sqrt(2)
+    slow = rows["method=slow"]
+    assert slow["transitions.0.acc_mean"] == pytest.approx(0.55)
+    assert slow["transitions.0.acc_std"] == pytest.approx(0.1 / math.sqrt(2))
+
+
+def test_a_field_in_no_summary_is_a_one_line_error(variant_sweep, tmp_path, capsys):
+    assert main(["compare", str(variant_sweep), "--field", "transitions.5.acc", "--out", str(tmp_path / "c")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "fedflex: --field transitions.5.acc: not a number in any compared run's summary.json"
+    )
+
+
+def test_rounds_to_target_has_its_median(variant_sweep):
+    # Execute: target 0.55; slow seeds reach it at c + 0.01 t >= 0.55: c = 0.50 -> t = 5, c = 0.52 -> t = 3
+    rows = {r["group"]: r for r in compare([variant_sweep], target=0.55)}
+    # Assert
+    assert rows["method=slow"]["rounds_to_target_median"] == 4.0
+    assert rows["method=fast"]["rounds_to_target_median"] == 1.0
+
+
+def test_reference_numbers_join_the_groups_they_name(variant_sweep, tmp_path, capsys):
+    # Prepare: one entry by variant, one by a config key that only the slow runs have, one
+    # that matches nothing (a group not run)
+    ref_file = tmp_path / "ref.yaml"
+    ref_file.write_text(
+        "reference:\n"
+        "  source: Table 9 of a paper\n"
+        "  groups:\n"
+        "    method=fast: {paper acc: 0.7}\n"
+        "    strategy.sampler.name=uniform: {paper acc: 0.4, paper rounds: 12}\n"
+        "    method=none: {paper acc: 0.1}\n"
+    )
+    # Execute
+    code = main(["compare", str(variant_sweep), "--reference", str(ref_file), "--out", str(tmp_path / "c")])
+    # Assert: the columns at the end of the table, "-" where the paper has none, the source under it
+    out = capsys.readouterr().out
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].endswith("| wall s | paper acc | paper rounds |")
+    assert lines[2].startswith("| method=fast | 2 |") and lines[2].endswith("| 0.7 | - |")
+    assert lines[3].startswith("| method=slow | 2 |") and lines[3].endswith("| 0.4 | 12 |")
+    assert "paper acc, paper rounds: Table 9 of a paper, as published (no seeds)." in out
+    with open(tmp_path / "c" / "compare.csv") as fh:
+        table = list(csv.DictReader(fh))
+    assert json.loads(table[1]["reference"]) == {"paper acc": 0.4, "paper rounds": 12}
+
+
+def test_a_reference_file_without_reference_is_a_one_line_error(variant_sweep, tmp_path, capsys):
+    (tmp_path / "r.yaml").write_text("source: x\n")
+    assert main(["compare", str(variant_sweep), "--reference", str(tmp_path / "r.yaml"), "--out", str(tmp_path)]) == 2
+    assert "reference: expected source: TEXT and groups:" in capsys.readouterr().err

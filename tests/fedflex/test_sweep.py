@@ -1,7 +1,6 @@
 """fedflex sweep: planning, run states, CPU shares, and real sweeps that are interrupted,
-resumed and left alone; the reproduce scripts' reading of a finished run."""
+resumed and left alone; study files with variants, a base and reference numbers."""
 
-import importlib.util
 import json
 import os
 import signal
@@ -177,33 +176,91 @@ def test_the_runner_bounds_ray_to_the_process_affinity(monkeypatch):
     assert runner.ray_workers(cfg) == 3
 
 
-# ---------------------------------------------------------------------------- reproduce scripts
-@pytest.mark.parametrize("script", ["reproduce_session_init", "reproduce_bherd"])
-def test_reproduce_scripts_rerun_an_interrupted_run_and_keep_a_completed_one(tmp_path, monkeypatch, script):
-    # Prepare: the script as a module; fedflex run stubbed (it records the call and
-    # writes a completed summary)
-    spec = importlib.util.spec_from_file_location(script, ROOT / "scripts" / f"{script}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    calls = []
+# ---------------------------------------------------------------------------- variants, base, reference
+def _study(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
 
-    def fake_run(cmd, **kwargs):
-        calls.append(cmd)
-        _summary(Path(cmd[-1]), status="completed")
-        return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(module.subprocess, "run", fake_run)
-    args = (QUICKSTART,) if script == "reproduce_bherd" else ()
-    interrupted, done = tmp_path / "interrupted", tmp_path / "done"
-    _summary(interrupted, status="interrupted", last_round=16)
-    (interrupted / "checkpoint.pkl").write_bytes(b"x")
-    _summary(done, status="completed")
+VARIANTS = f"""scenario: {QUICKSTART}
+overrides: {{rounds: 2}}
+variants:
+  method:
+    plain: {{strategy.aggregator.name: fedavg}}
+    momentum: {{strategy.aggregator.name: fedavgm, strategy.aggregator.server_momentum: 0.7}}
+grid:
+  method: [plain, momentum]
+  client.lr: [0.1]
+seeds: [3]
+"""
+
+
+def test_a_variant_axis_stands_for_its_overrides_and_names_the_directory(tmp_path):
+    # Prepare
+    study = read_study(_study(tmp_path, "s.yaml", VARIANTS))
     # Execute
-    module.run_one(*args, interrupted, ["rounds=200"])
-    module.run_one(*args, done, ["rounds=200"])
-    # Assert: the interrupted run ran again from an empty directory; the completed one not
-    assert [c[-1] for c in calls] == [str(interrupted)]
-    assert not (interrupted / "checkpoint.pkl").exists()
+    sweep = plan(study["scenario"], study["overrides"], study["grid"], study["seeds"], tmp_path, 1, study["variants"])
+    # Assert: names carry the variant's name, overrides its settings
+    assert [m.name for m in sweep.members] == [
+        "method=plain,client.lr=0.1,seed=3",
+        "method=momentum,client.lr=0.1,seed=3",
+    ]
+    assert sweep.members[1].overrides == [
+        "strategy.aggregator.name=fedavgm",
+        "strategy.aggregator.server_momentum=0.7",
+        "client.lr=0.1",
+        "seed=3",
+    ]
+    assert dict(sweep.members[1].point) == {"method": "momentum", "client.lr": "0.1", "seed": "3"}
+
+
+def test_the_command_line_grid_picks_among_the_variants_and_refuses_an_unknown_one(tmp_path, capsys):
+    # Prepare
+    path = _study(tmp_path, "s.yaml", VARIANTS)
+    # Execute
+    code = main(["sweep", str(path), "--grid", "method=momentum", "--dry-run", "--out", str(tmp_path / "o")])
+    # Assert: one member, printed with its overrides; nothing started
+    out = capsys.readouterr().out
+    assert code == 0 and "1 runs (1 grid point x 1 seed)" in out
+    assert "method=momentum,client.lr=0.1,seed=3: strategy.aggregator.name=fedavgm" in out
+    assert not (tmp_path / "o").exists()
+    # Execute / Assert: a name that is no variant
+    assert main(["sweep", str(path), "--grid", "method=nesterov", "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "fedflex: --grid method=nesterov: not a variant of method; there are: plain, momentum"
+    )
+
+
+def test_a_variant_axis_named_like_a_config_key_is_refused(tmp_path):
+    with pytest.raises(StudyError, match="axis 'rounds' is a config key"):
+        plan(QUICKSTART, [], {"rounds": ["short"]}, None, tmp_path, 1, {"rounds": {"short": ["rounds=2"]}})
+
+
+def test_a_study_extends_its_base(tmp_path):
+    # Prepare: the base's variants and overrides, a second variant and another grid on top
+    _study(tmp_path, "base.yaml", VARIANTS)
+    child = _study(
+        tmp_path,
+        "child.yaml",
+        "base: base.yaml\noverrides: [client.lr=0.2]\n"
+        "variants:\n  method:\n    prox: {strategy.local_rule.name: fedprox}\n"
+        "grid:\n  method: [plain, prox]\n",
+    )
+    # Execute
+    study = read_study(child)
+    # Assert: scenario and seeds from the base; overrides appended; variants merged; the
+    # grid axis replaced, the other kept
+    assert study["scenario"] == QUICKSTART and study["seeds"] == [3]
+    assert study["overrides"] == ["rounds=2", "client.lr=0.2"]
+    assert list(study["variants"]["method"]) == ["plain", "momentum", "prox"]
+    assert study["grid"] == {"method": ["plain", "prox"], "client.lr": ["0.1"]}
+
+
+def test_a_reference_naming_an_unknown_variant_is_refused(tmp_path):
+    text = VARIANTS + "reference:\n  source: x\n  groups:\n    method=nesterov: {paper: 1}\n"
+    with pytest.raises(StudyError, match="'nesterov' is not a variant of method; there are: plain, momentum"):
+        read_study(_study(tmp_path, "s.yaml", text))
 
 
 # ---------------------------------------------------------------------------- real sweeps
@@ -253,6 +310,7 @@ def test_an_interrupted_sweep_resumes_its_members_and_a_finished_one_starts_noth
     index = _index(out)
     stopped = [n for n, m in index.items() if m["status"] == "interrupted"]
     assert "strategy.sampler.name=uniform,seed=0" in stopped
+    assert index["strategy.sampler.name=hics,seed=1"]["point"] == {"strategy.sampler.name": "hics", "seed": "1"}
     assert all(m["status"] in ("interrupted", "completed", "pending") for m in index.values())
     assert "start strategy.sampler.name=hics,seed=1" not in stdout
     rows_before = len(first.read_text().splitlines())
