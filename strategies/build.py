@@ -352,4 +352,5 @@ def build_strategy(
         client_lr=None if cfg.client.lr_schedule == "constant" else cfg.client.lr_at,
         reply_limits=reply_limits(cfg, client_sizes),
         clip_norm=s.aggregator.clip_norm,
+        identify="partition-id",  # fedflex's ClientApp says its partition id
     )

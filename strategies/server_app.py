@@ -236,7 +236,7 @@ def _run_server(
     if wrap_grid is not None:
         grid = wrap_grid(grid, strategy.nodes.client_of)
     try:
-        result = strategy.start(
+        result = strategy.run_rounds(
             grid,
             initial,
             num_rounds=cfg.rounds,
