@@ -420,9 +420,9 @@ class FedFlex(FedAvg):
     ) -> dict[int, dict[str, Any]]:
         if self._grid is None:
             raise RuntimeError("query is only available while the strategy runs")
-        config = ConfigRecord(
-            {keys.SERVER_ROUND: server_round, keys.TASK: self._config[keys.TASK], keys.WANT_LOSS: True}
-        )
+        config = ConfigRecord({keys.SERVER_ROUND: server_round, keys.WANT_LOSS: True})
+        if keys.TASK in self._config:  # fedflex's task spec (a Flower app's config has none)
+            config[keys.TASK] = self._config[keys.TASK]
         content = RecordDict({self.arrayrecord_key: numpy_to_record(arrays), self.configrecord_key: config})
         # fedflex's ClientApp answers a loss QUERY; any other ClientApp evaluates (Flower's convention)
         messages = [

@@ -23,9 +23,7 @@ def train(msg: Message, context: Context) -> Message:
     partition_id = context.node_config["partition-id"]
     num_partitions = context.node_config["num-partitions"]
     trainloader, _ = load_data(partition_id, num_partitions, _setting(context, "examples", 600))
-    train_loss = train_fn(
-        model, trainloader, _setting(context, "local-epochs", 1), msg.content["config"]["lr"], "cpu"
-    )
+    train_loss = train_fn(model, trainloader, _setting(context, "local-epochs", 1), msg.content["config"]["lr"], "cpu")
     model_record = ArrayRecord(model.state_dict())
     metrics = MetricRecord({"train_loss": train_loss, "num-examples": len(trainloader.dataset)})
     return Message(content=RecordDict({"arrays": model_record, "metrics": metrics}), reply_to=msg)
