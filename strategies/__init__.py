@@ -1,1 +1,41 @@
-"""fedflex server side: the FedFlex strategy, its parts, and the ServerApp."""
+"""fedflex server side: the FedFlex strategy, its parts, the ServerApp, and the named
+Flower strategies (:mod:`strategies.named`), importable from here:
+``from strategies import HiCSFL``."""
+
+from strategies.fedflex import FedFlex
+from strategies.named import (
+    AWARE,
+    SCAFFOLD,
+    BHerd,
+    ClusteredSampling,
+    DivFL,
+    FedAMS,
+    FedAWARE,
+    FedCM,
+    FedCor,
+    FedDyn,
+    FedNova,
+    FlowerStrategy,
+    HiCSFL,
+    PowerOfChoice,
+    SessionAware,
+)
+
+__all__ = [
+    "AWARE",
+    "SCAFFOLD",
+    "BHerd",
+    "ClusteredSampling",
+    "DivFL",
+    "FedAMS",
+    "FedAWARE",
+    "FedCM",
+    "FedCor",
+    "FedDyn",
+    "FedFlex",
+    "FedNova",
+    "FlowerStrategy",
+    "HiCSFL",
+    "PowerOfChoice",
+    "SessionAware",
+]

@@ -320,27 +320,43 @@ def reply_limits(cfg: ScenarioConfig, client_sizes: Optional[Mapping[int, int]] 
     )
 
 
+def build_parts(
+    cfg: ScenarioConfig, model_info: Optional[ModelInfo] = None
+) -> tuple[Sampler, Aggregator, Initializer, ServerRule]:
+    """The four parts a scenario names (checked by :func:`check_parts` first).
+
+    Factories take ``(cfg)``; parts that need the model's shape read
+    :data:`MODEL_INFO`, set here before the factories run.
+    """
+    check_parts(cfg)
+    global MODEL_INFO
+    MODEL_INFO = model_info or ModelInfo()
+    s = cfg.strategy
+    return (
+        _sampler(cfg),
+        AGGREGATORS[s.aggregator.name](cfg),
+        INITIALIZERS[s.initializer.name](cfg),
+        SERVER_RULES[s.local_rule.name](cfg),
+    )
+
+
 def build_strategy(
     cfg: ScenarioConfig,
     availability: Optional[Availability],
     model_info: Optional[ModelInfo] = None,
     client_sizes: Optional[Mapping[int, int]] = None,
 ) -> FedFlex:
-    """The strategy a scenario describes (its parts looked up by name).
-
-    Factories take ``(cfg)``; parts that need the model's shape read
-    :data:`MODEL_INFO`, set here before the factories run. ``client_sizes``: client id
-    -> the examples it holds (its partition), the bound of its ``num-examples``.
+    """The strategy a scenario describes (its parts looked up by name,
+    :func:`build_parts`). ``client_sizes``: client id -> the examples it holds (its
+    partition), the bound of its ``num-examples``.
     """
-    check_parts(cfg)
-    global MODEL_INFO
-    MODEL_INFO = model_info or ModelInfo()
+    sampler, aggregator, initializer, server_rule = build_parts(cfg, model_info)
     s = cfg.strategy
     return FedFlex(
-        sampler=_sampler(cfg),
-        aggregator=AGGREGATORS[s.aggregator.name](cfg),
-        initializer=INITIALIZERS[s.initializer.name](cfg),
-        server_rule=SERVER_RULES[s.local_rule.name](cfg),
+        sampler=sampler,
+        aggregator=aggregator,
+        initializer=initializer,
+        server_rule=server_rule,
         num_clients=cfg.num_clients,
         clients_per_round=s.sampler.clients_per_round,
         min_clients=s.sampler.min_clients,
@@ -352,4 +368,5 @@ def build_strategy(
         client_lr=None if cfg.client.lr_schedule == "constant" else cfg.client.lr_at,
         reply_limits=reply_limits(cfg, client_sizes),
         clip_norm=s.aggregator.clip_norm,
+        identify="partition-id",  # fedflex's ClientApp says its partition id
     )

@@ -16,9 +16,10 @@ top to bottom:
 7. the initializer's end-of-round hook;
 8. the server-side evaluation, at the scenario's cadence.
 
-:meth:`FedFlex.start` loops over rounds and hands each round's record (one line of
-metrics.jsonl) to the caller's observers. ``configure_train`` / ``aggregate_train`` are
-thin adapters over the same steps for Flower's own ``Strategy.start``.
+:meth:`FedFlex.run_rounds` is fedflex's loop: it hands each round's record (one line of
+metrics.jsonl) to the caller's observers. :meth:`FedFlex.start` is Flower's
+``Strategy.start`` with Flower's contract; its ``configure_train`` / ``aggregate_train``
+run the same steps, and federated evaluation is Flower's FedAvg's.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Result, Strategy
+from flwr.serverapp.strategy import FedAvg, Result
 
 from fedflex import keys
 from fedflex.arrays import numpy_to_record, record_to_numpy
@@ -45,6 +46,9 @@ from strategies.nodes import NodeDirectory
 from strategies.parts import Aggregator, ClientUpdate, Initializer, Part, Sampler, ServerRule
 from strategies.replies import NONFINITE, ReplyLimits, check_reply, num_examples_problem
 from strategies.robust import clip_update
+
+#: the loss metric of Flower's quickstart evaluate replies (fedflex's is ``eval-loss``)
+FLOWER_EVAL_LOSS = "eval_loss"
 
 
 class RunFailedError(RuntimeError):
@@ -97,8 +101,21 @@ class RoundRecord:
         return row
 
 
-class FedFlex(Strategy):
+#: ``parts_factory(num_clients, num_rounds, initial arrays)`` -> (sampler, aggregator,
+#: initializer, server rule): parts built once the federation's size is known
+PartsFactory = Callable[
+    [int, int, "OrderedDict[str, np.ndarray]"], tuple[Sampler, Aggregator, Initializer, Optional[ServerRule]]
+]
+
+
+class FedFlex(FedAvg):
     """A Flower strategy made of parts; :meth:`run_round` reads one round top to bottom.
+
+    A :class:`flwr.serverapp.strategy.FedAvg` subclass: Flower's ``start`` (and
+    ``configure_train`` / ``aggregate_train`` under Flower's own loop) runs the parts;
+    ``configure_evaluate`` / ``aggregate_evaluate`` are Flower's federated evaluation.
+    fedflex's own loop, with its round records, observers, stop rules and checkpoints,
+    is :meth:`run_rounds`.
 
     Parameters
     ----------
@@ -106,9 +123,20 @@ class FedFlex(Strategy):
         The parts (see :mod:`strategies.parts`); ``server_rule`` is the server half of
         the local rule (None: the rule needs nothing from the server).
     num_clients
-        N; client ids are 0..N-1.
+        N; client ids are 0..N-1. None (only with ``parts_factory``): the number of
+        nodes connected when the run starts.
     clients_per_round
-        K, the number the sampler is asked for.
+        K, the number the sampler is asked for. None: Flower's rule,
+        ``max(int(online x fraction_train), min_train_nodes)``.
+    fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes, min_available_nodes
+        As in Flower's :class:`~flwr.serverapp.strategy.FedAvg`: ``fraction_train`` and
+        ``min_train_nodes`` size the round when ``clients_per_round`` is None;
+        ``min_available_nodes`` is waited for before the first round under Flower's
+        ``start`` (the run builds named strategies' parts for the nodes seen then).
+    weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn
+        As in Flower's FedAvg: ``weighted_by_key`` names the reply metric that carries a client's example
+        count (the weight of every aggregator that weighs by data size); the record keys
+        name the model and the config in every message.
     min_clients
         Fewest online clients a round needs; below it the round is skipped (logged) or,
         with ``on_too_few="fail"``, the run stops with :class:`TooFewClientsError`.
@@ -117,6 +145,11 @@ class FedFlex(Strategy):
         (deployment). Either way the online set is also cut to clients with a live node.
     tracker
         Turns online sets into sessions.
+    identify
+        How nodes get client ids (:mod:`strategies.nodes`): ``"partition-id"`` (ask every
+        node, fedflex's ClientApp answers), ``"node-id"`` (ask none: 0, 1, ... in order
+        of appearance) or ``"auto"`` (ask; a node that cannot answer, such as a Flower
+        quickstart ClientApp, is identified by its node id).
     client_lr
         ``client_lr(round, session start round)``: the learning rate every train message
         of the round carries as ``client.lr`` (a schedule, ``ClientConfig.lr_at``), also
@@ -128,16 +161,19 @@ class FedFlex(Strategy):
     clip_norm
         Scale each client's update (reply - global model) down to this L2 norm before
         any part sees it (None: no clipping); clipped clients are logged as ``clipped``.
+    parts_factory
+        Builds the parts once N and the number of rounds are known (the named
+        strategies of :mod:`strategies.named`); then the part arguments stay None.
     """
 
     def __init__(
         self,
         *,
-        sampler: Sampler,
-        aggregator: Aggregator,
-        initializer: Initializer,
-        num_clients: int,
-        clients_per_round: int,
+        sampler: Optional[Sampler] = None,
+        aggregator: Optional[Aggregator] = None,
+        initializer: Optional[Initializer] = None,
+        num_clients: Optional[int] = None,
+        clients_per_round: Optional[int] = None,
         server_rule: Optional[ServerRule] = None,
         min_clients: int = 1,
         availability: Optional[Availability] = None,
@@ -148,11 +184,38 @@ class FedFlex(Strategy):
         client_lr: Optional[Callable[[int, int], float]] = None,
         reply_limits: Optional[ReplyLimits] = None,
         clip_norm: Optional[float] = None,
+        identify: str = "auto",
+        parts_factory: Optional[PartsFactory] = None,
+        fraction_train: float = 1.0,
+        fraction_evaluate: float = 1.0,
+        min_train_nodes: int = 2,
+        min_evaluate_nodes: int = 2,
+        min_available_nodes: int = 2,
+        weighted_by_key: str = keys.NUM_EXAMPLES,
+        arrayrecord_key: str = keys.ARRAYS,
+        configrecord_key: str = keys.CONFIG,
+        train_metrics_aggr_fn: Optional[Callable[[list[RecordDict], str], MetricRecord]] = None,
+        evaluate_metrics_aggr_fn: Optional[Callable[[list[RecordDict], str], MetricRecord]] = None,
     ) -> None:
-        self.sampler = sampler
-        self.aggregator = aggregator
-        self.initializer = initializer
-        self.server_rule = server_rule
+        super().__init__(
+            fraction_train=fraction_train,
+            fraction_evaluate=fraction_evaluate,
+            min_train_nodes=min_train_nodes,
+            min_evaluate_nodes=min_evaluate_nodes,
+            min_available_nodes=min_available_nodes,
+            weighted_by_key=weighted_by_key,
+            arrayrecord_key=arrayrecord_key,
+            configrecord_key=configrecord_key,
+            train_metrics_aggr_fn=train_metrics_aggr_fn,
+            evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
+        )
+        given = [p is not None for p in (sampler, aggregator, initializer)]
+        if parts_factory is None and not all(given):
+            raise ValueError("FedFlex needs a sampler, an aggregator and an initializer (or a parts_factory)")
+        if parts_factory is not None and any(given):
+            raise ValueError("FedFlex takes either parts or a parts_factory, not both")
+        if parts_factory is None and num_clients is None:
+            raise ValueError("FedFlex with parts needs num_clients (the parts are sized for it)")
         self.num_clients = num_clients
         self.clients_per_round = clients_per_round
         self.min_clients = min_clients
@@ -161,22 +224,80 @@ class FedFlex(Strategy):
         self.on_too_few = on_too_few
         self.local_rule = local_rule
         self.client_lr = client_lr
-        records, metrics = server_rule.reply_needs() if server_rule is not None else ((), ())
-        self.reply_limits = dataclasses.replace(reply_limits or ReplyLimits(), records=records, metrics=metrics)
+        self.query_timeout = query_timeout
+        self.identify = identify
         self.clip_norm = clip_norm
-        self.nodes = NodeDirectory(num_clients, query_timeout=query_timeout)
+        self._base_limits = dataclasses.replace(
+            reply_limits or ReplyLimits(), arrays_key=arrayrecord_key, weight_key=weighted_by_key
+        )
+        self.parts_factory = parts_factory
         self.global_arrays: "OrderedDict[str, np.ndarray]" = OrderedDict()
         self.record: Optional[RoundRecord] = None  # the round in progress, then the last one (parts, observers)
         self.sizes: dict[int, int] = {}
         self._record_cache: tuple[Any, Optional[ArrayRecord]] = (None, None)  # (global_arrays, its record)
-        # set by start(): what the extra rounds of parts need
+        # set by start() / run_rounds(): what the extra rounds of parts need
         self._grid: Optional[Grid] = None
         self._timeout: float = 3600.0
+        self._num_rounds: Optional[int] = None
         self._config: ConfigRecord = ConfigRecord()
         self._on_round: Optional[Callable[[RoundRecord], None]] = None
         self._flower_round: Optional[RoundRecord] = None  # Flower's configure -> aggregate hand-off
+        self._flower_sent: list[Message] = []
+        self.sampler: Sampler
+        self.aggregator: Aggregator
+        self.initializer: Initializer
+        self.server_rule: Optional[ServerRule] = None
+        if parts_factory is None:
+            self._set_parts(num_clients, sampler, aggregator, initializer, server_rule)  # type: ignore[arg-type]
+
+    def _set_parts(
+        self,
+        num_clients: int,
+        sampler: Sampler,
+        aggregator: Aggregator,
+        initializer: Initializer,
+        server_rule: Optional[ServerRule],
+    ) -> None:
+        self.num_clients = num_clients
+        self.sampler, self.aggregator, self.initializer, self.server_rule = (
+            sampler,
+            aggregator,
+            initializer,
+            server_rule,
+        )
+        records, metrics = server_rule.reply_needs() if server_rule is not None else ((), ())
+        self.reply_limits = dataclasses.replace(self._base_limits, records=records, metrics=metrics)
+        self.nodes = NodeDirectory(num_clients, query_timeout=self.query_timeout, identify=self.identify)
         for part in self.parts:
             part.bind(self)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the parts exist (built at once, or by ``parts_factory`` at the start)."""
+        return hasattr(self, "sampler")
+
+    def _prepare(self, grid: Grid, arrays: ArrayRecord) -> None:
+        """Before a round under Flower's loop: wait for ``min_available_nodes`` (as Flower's
+        FedAvg does) and, with a ``parts_factory``, build the parts for the nodes seen."""
+        if self.ready:
+            return
+        waited = 0.0
+        while len(list(grid.get_node_ids())) < max(self.min_available_nodes, 1):
+            if waited % 30 == 0:
+                log(INFO, "waiting for %d node(s) to connect", self.min_available_nodes)
+            time.sleep(1.0)
+            waited += 1.0
+        n = self.num_clients or len(list(grid.get_node_ids()))
+        rounds = self._num_rounds or 0
+        sampler, aggregator, initializer, rule = self.parts_factory(n, rounds, record_to_numpy(arrays))
+        self._set_parts(n, sampler, aggregator, initializer, rule)
+        log(INFO, "%s: %d clients, parts %s", type(self).__name__, n, ", ".join(p.summary() for p in self.parts))
+
+    def _per_round(self, num_online: int) -> int:
+        """K: ``clients_per_round``, or Flower's ``max(int(n x fraction_train), min_train_nodes)``."""
+        if self.clients_per_round is not None:
+            return self.clients_per_round
+        return max(int(num_online * self.fraction_train), self.min_train_nodes)
 
     @property
     def parts(self) -> list[Part]:
@@ -185,14 +306,14 @@ class FedFlex(Strategy):
 
     # ------------------------------------------------------------------ summary
     def summary(self) -> None:
+        """Log the parts and settings (then Flower's FedAvg options)."""
+        if not self.ready:
+            log(INFO, "\t├──> %s: parts built when the nodes are known", type(self).__name__)
+            super().summary()
+            return
         log(INFO, "\t├──> FedFlex parts:")
-        log(
-            INFO,
-            "\t│\t├── sampler: %s (K=%d of N=%d)",
-            self.sampler.summary(),
-            self.clients_per_round,
-            self.num_clients,
-        )
+        k = self.clients_per_round if self.clients_per_round is not None else f"fraction {self.fraction_train}"
+        log(INFO, "\t│\t├── sampler: %s (K=%s of N=%d)", self.sampler.summary(), k, self.num_clients)
         log(INFO, "\t│\t├── aggregator: %s", self.aggregator.summary())
         log(INFO, "\t│\t├── initializer: %s", self.initializer.summary())
         log(INFO, "\t│\t├── local rule: %s", self.local_rule)
@@ -201,7 +322,8 @@ class FedFlex(Strategy):
         clip = "off" if self.clip_norm is None else f"L2 norm <= {self.clip_norm}"
         log(INFO, "\t│\t└── replies: num-examples %s; update clipping %s", bound, clip)
         churn = type(self.availability).__name__ if self.availability else "live nodes"
-        log(INFO, "\t└──> online set: %s; min clients %d (%s below)", churn, self.min_clients, self.on_too_few)
+        log(INFO, "\t├──> online set: %s; min clients %d (%s below)", churn, self.min_clients, self.on_too_few)
+        super().summary()
 
     # ------------------------------------------------------------------ one round
     def run_round(
@@ -217,7 +339,7 @@ class FedFlex(Strategy):
         if not record.skipped:
             # 3. who trains; 4. their messages (model, parts' payloads and config)
             online = np.asarray(record.online, dtype=np.int64)
-            sampled = self.sampler.sample(server_round, online, self.clients_per_round)
+            sampled = self.sampler.sample(server_round, online, self._per_round(len(online)))
             record.sampled = sampled.tolist()
             messages = self._train_messages(server_round, self._global_record(), sampled)
             self._log_lr(server_round, record)
@@ -303,12 +425,18 @@ class FedFlex(Strategy):
     ) -> dict[int, dict[str, Any]]:
         if self._grid is None:
             raise RuntimeError("query is only available while the strategy runs")
-        config = ConfigRecord(
-            {keys.SERVER_ROUND: server_round, keys.TASK: self._config[keys.TASK], keys.WANT_LOSS: True}
-        )
-        content = RecordDict({keys.ARRAYS: numpy_to_record(arrays), keys.CONFIG: config})
+        config = ConfigRecord({keys.SERVER_ROUND: server_round, keys.WANT_LOSS: True})
+        if keys.TASK in self._config:  # fedflex's task spec (a Flower app's config has none)
+            config[keys.TASK] = self._config[keys.TASK]
+        content = RecordDict({self.arrayrecord_key: numpy_to_record(arrays), self.configrecord_key: config})
+        # fedflex's ClientApp answers a loss QUERY; any other ClientApp evaluates (Flower's convention)
         messages = [
-            Message(content=content, dst_node_id=node, message_type=MessageType.QUERY, ttl=self._timeout)
+            Message(
+                content=content,
+                dst_node_id=node,
+                message_type=MessageType.QUERY if self.nodes.answers_queries(node) else MessageType.EVALUATE,
+                ttl=self._timeout,
+            )
             for node in self.nodes.nodes_of(clients)
         ]
         out: dict[int, dict[str, Any]] = {}
@@ -317,6 +445,9 @@ class FedFlex(Strategy):
             if client is None or reply.has_error() or keys.METRICS not in reply.content.metric_records:
                 continue
             metrics = dict(reply.content[keys.METRICS])
+            if keys.EVAL_LOSS not in metrics and FLOWER_EVAL_LOSS in metrics:  # Flower's quickstart spelling
+                metrics[keys.EVAL_LOSS] = metrics[FLOWER_EVAL_LOSS]
+            metrics[keys.NUM_EXAMPLES] = metrics.get(self.weighted_by_key)
             problem = num_examples_problem(metrics.get(keys.NUM_EXAMPLES), self.reply_limits.bound(client))
             if problem:
                 log(WARNING, "round %d: query reply of client %d rejected: %s", server_round, client, problem)
@@ -336,7 +467,7 @@ class FedFlex(Strategy):
         self._put_round_lr(config, server_round)
         if steps > 0:
             config[record_key(keys.CLIENT, "steps")] = int(steps)
-        content = RecordDict({keys.ARRAYS: numpy_to_record(arrays), keys.CONFIG: config})
+        content = RecordDict({self.arrayrecord_key: numpy_to_record(arrays), self.configrecord_key: config})
         messages = [
             Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN, ttl=self._timeout)
             for node in self.nodes.nodes_of(clients)
@@ -386,7 +517,7 @@ class FedFlex(Strategy):
     def _train_messages(self, server_round: int, arrays: ArrayRecord, clients: np.ndarray) -> list[Message]:
         """One train message per client, all sharing one content: the model, the parts'
         payloads and config entries, the scenario's train config and the round."""
-        content = RecordDict({keys.ARRAYS: arrays})
+        content = RecordDict({self.arrayrecord_key: arrays})
         config = ConfigRecord(dict(self._config))
         for part in self.parts:
             for name, payload in part.train_payload(server_round).items():
@@ -395,7 +526,7 @@ class FedFlex(Strategy):
                 config[key] = value
         config[keys.SERVER_ROUND] = server_round
         self._put_round_lr(config, server_round)
-        content[keys.CONFIG] = config
+        content[self.configrecord_key] = config
         return [
             # ttl: a node never picks up a message whose round has given up on it
             Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN, ttl=self._timeout)
@@ -403,11 +534,17 @@ class FedFlex(Strategy):
         ]
 
     def _aggregate(
-        self, server_round: int, replies: Iterable[Message], record: RoundRecord, dst_of: dict[str, int]
+        self,
+        server_round: int,
+        replies: Iterable[Message],
+        record: RoundRecord,
+        dst_of: dict[str, int],
+        accepted: Optional[list[RecordDict]] = None,
     ) -> Optional["OrderedDict[str, np.ndarray]"]:
         """Validate replies, let the parts observe them, aggregate; fill ``record``.
         ``dst_of``: message id -> node id of the messages sent (error replies made by the
-        SuperLink come from node 1, not from the node that failed)."""
+        SuperLink come from node 1, not from the node that failed); ``accepted``, when
+        given, receives the content of every reply that passed the checks."""
         updates: list[ClientUpdate] = []
         for reply in replies:
             node = reply.metadata.src_node_id
@@ -431,6 +568,8 @@ class FedFlex(Strategy):
                 record.rejected.append([-1 if client is None else client, reason])
                 continue
             updates.append(update)
+            if accepted is not None:
+                accepted.append(reply.content)
         updates.sort(key=lambda u: u.client)
         record.rejected.sort(key=lambda r: r[0])
         trained = {u.client for u in updates}
@@ -481,46 +620,60 @@ class FedFlex(Strategy):
         return clipped
 
     # ------------------------------------------------------------------ Flower's Strategy API
-    # Thin adapters for Flower's own ``Strategy.start`` loop; fedflex's loop is :meth:`start`.
+    # Flower's ``Strategy.start`` loop calls these; fedflex's own loop is :meth:`run_rounds`.
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Steps 1-4 of :meth:`run_round` for Flower's loop."""
+        """Steps 1-4 of :meth:`run_round`: the online set, a session's model, the sampled
+        clients' train messages (the model, the parts' payloads, ``config`` and the
+        round's ``server-round``)."""
+        self._prepare(grid, arrays)
+        if self.fraction_train == 0.0:
+            return []
         if arrays is not self._global_record():
             self.global_arrays = record_to_numpy(arrays)
         self._grid, self._config = grid, ConfigRecord(dict(config))
         record = self._flower_round = self._begin(server_round, grid)
+        self._flower_sent = []
         if record.skipped:
             return []
-        sampled = self.sampler.sample(server_round, np.asarray(record.online, dtype=np.int64), self.clients_per_round)
+        online = np.asarray(record.online, dtype=np.int64)
+        sampled = self.sampler.sample(server_round, online, self._per_round(len(online)))
         record.sampled = sampled.tolist()
         self._log_lr(server_round, record)
-        return self._train_messages(server_round, self._global_record(), sampled)
+        log(INFO, "configure_train: sampled %d clients (out of %d online)", len(sampled), len(online))
+        self._flower_sent = self._train_messages(server_round, self._global_record(), sampled)
+        return self._flower_sent
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
-        """Step 6 of :meth:`run_round` for Flower's loop."""
+        """Steps 6-7 of :meth:`run_round`: the replies checked, observed, aggregated;
+        the metrics of the accepted replies aggregated by ``train_metrics_aggr_fn``
+        (Flower's weighted average by default)."""
         record = self._flower_round if self._flower_round is not None else RoundRecord(round=server_round)
-        new = self._aggregate(server_round, replies, record, {})
-        self.initializer.on_round_end(server_round, record.session, new if new is not None else self.global_arrays)
-        self._flower_round = None
+        accepted: list[RecordDict] = []
+        new = self._aggregate(server_round, replies, record, _destinations(self._flower_sent), accepted)
+        if new is not None:
+            self.global_arrays = new
+        self.initializer.on_round_end(server_round, record.session, self.global_arrays)
+        self._flower_round, self._flower_sent = None, []
+        self.record = record
         if new is None:
             return None, None
-        self.global_arrays = new
-        metrics = MetricRecord({keys.NUM_EXAMPLES: record.num_examples})
-        if record.train_loss is not None:
-            metrics[keys.TRAIN_LOSS] = record.train_loss
+        metrics = self.train_metrics_aggr_fn(accepted, self.weighted_by_key) if accepted else None
         return self._global_record(), metrics
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """No federated evaluation: fedflex evaluates the global model on the server."""
-        return []
-
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> Optional[MetricRecord]:
-        return None
+        """Federated evaluation as Flower's FedAvg (``fraction_evaluate``,
+        ``min_evaluate_nodes``), among the online clients when a churn schedule is set."""
+        messages = list(super().configure_evaluate(server_round, arrays, config, grid))
+        if self.availability is None or not self.ready:
+            return messages
+        online = set(self.nodes.nodes_of(self.online_clients(server_round, grid)))
+        return [m for m in messages if m.metadata.dst_node_id in online]
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -546,8 +699,40 @@ class FedFlex(Strategy):
         self.tracker.load_state_dict(state["tracker"])
         self.sizes = {int(k): int(v) for k, v in state["sizes"].items()}
 
-    # ------------------------------------------------------------------ loop
-    def start(  # type: ignore[override]
+    # ------------------------------------------------------------------ loops
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: Optional[ConfigRecord] = None,
+        evaluate_config: Optional[ConfigRecord] = None,
+        evaluate_fn: Optional[Callable[[int, ArrayRecord], Optional[MetricRecord]]] = None,
+    ) -> Result:
+        """Flower's ``Strategy.start``, unchanged: ``num_rounds`` rounds of
+        ``configure_train`` -> ``aggregate_train`` -> ``configure_evaluate`` ->
+        ``aggregate_evaluate`` -> ``evaluate_fn(server_round, arrays)`` (also before
+        round 1, with round 0); returns Flower's :class:`~flwr.serverapp.strategy.Result`.
+
+        This only records the timeout (the parts' extra rounds, such as Power-of-Choice's
+        loss queries, use it) and the round count (HiCS-FL's schedule) first.
+        """
+        self._timeout, self._num_rounds = timeout, num_rounds
+        try:
+            return super().start(
+                grid,
+                initial_arrays,
+                num_rounds=num_rounds,
+                timeout=timeout,
+                train_config=train_config,
+                evaluate_config=evaluate_config,
+                evaluate_fn=evaluate_fn,
+            )
+        finally:
+            self._grid = None
+
+    def run_rounds(
         self,
         grid: Grid,
         initial_arrays: ArrayRecord,
@@ -570,6 +755,8 @@ class FedFlex(Strategy):
         evaluated.
         """
         log(INFO, "Starting FedFlex strategy:")
+        self._num_rounds = num_rounds
+        self._prepare(grid, initial_arrays)
         self.summary()
         self._grid, self._timeout, self._on_round = grid, timeout, on_round
         self._config = train_config if train_config is not None else ConfigRecord()

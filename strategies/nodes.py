@@ -21,6 +21,14 @@ With a key binding (:mod:`fedflex.node_keys`, authenticated deployments) a node'
 counts only if the public key it authenticated with (``Grid.get_nodes()``) is the one
 bound to the claimed partition id; a node that fails the check is refused (logged as an
 error once) and not asked again while it stays connected.
+
+Any Flower ClientApp works without the QUERY: with ``identify="node-id"`` no node is
+asked, and each node id gets the next free client id (0, 1, 2, ... in order of first
+appearance, kept for that node id while the run lasts); with ``identify="auto"`` nodes are
+asked, and a node that answers with an error (a ClientApp without a query function, such
+as Flower's quickstart) or without a ``partition-id`` is identified by its node id the
+same way. ``identify="partition-id"`` (fedflex's scenarios and deployments) only takes
+partition ids.
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ from fedflex.node_keys import fingerprint
 
 logger = logging.getLogger(__name__)
 
+#: how nodes get their client ids (see the module docstring)
+IDENTIFY = ("partition-id", "node-id", "auto")
+
 
 class NodeDirectory:
     """node id <-> client id, refreshed from the grid."""
@@ -48,7 +59,11 @@ class NodeDirectory:
         query_timeout: float = 60.0,
         retry_after: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        identify: str = "partition-id",
     ) -> None:
+        if identify not in IDENTIFY:
+            raise ValueError(f"identify is {identify!r}; allowed: {', '.join(IDENTIFY)}")
+        self.identify = identify
         self.num_clients = num_clients
         self.query_timeout = query_timeout
         self.retry_after = retry_after
@@ -62,6 +77,8 @@ class NodeDirectory:
         self.refused: dict[int, int] = {}  # live node -> the client id it claimed against the binding
         self._public_keys: dict[int, bytes] = {}
         self._registering_since: Optional[float] = None
+        #: node id -> client id of the nodes identified by their node id (kept after they leave)
+        self.by_node_id: dict[int, int] = {}
 
     def refresh(self, grid: Grid) -> None:
         """Drop departed nodes, identify new ones (and unanswered ones again after
@@ -92,6 +109,10 @@ class NodeDirectory:
             and n not in self.refused
             and now - self.unanswered.get(n, -float("inf")) >= self.retry_after
         ]
+        if new and self.identify == "node-id":
+            for node in new:
+                self._add_by_node_id(node)
+            new = []
         if new and len(new) > self.SIMULATION_SHORTCUT_MIN and self.bindings is None:
             new = self._identify_simulated(grid, new)
         if new:
@@ -174,14 +195,16 @@ class NodeDirectory:
         answered: set[int] = set()
         for reply in replies:
             node = reply.metadata.src_node_id
-            if reply.has_error():
-                logger.warning("node %d did not say its client id: %s", node, reply.error.reason)
+            if reply.has_error() or not _says_partition_id(reply):
+                why = reply.error.reason if reply.has_error() else f"no {keys.PARTITION_ID} in its reply"
+                if self.identify == "auto" and self.bindings is None:
+                    logger.info("node %d says no partition id (%s): identified by its node id", node, why)
+                    if self._add_by_node_id(node):
+                        answered.add(node)
+                else:
+                    logger.warning("node %d did not say its client id: %s", node, why)
                 continue
-            try:
-                client = int(reply.content[keys.CONFIG][keys.PARTITION_ID])
-            except (KeyError, TypeError, ValueError):
-                logger.warning("node %d sent no %s; ignored", node, keys.PARTITION_ID)
-                continue
+            client = int(reply.content[keys.CONFIG][keys.PARTITION_ID])
             problem = self._key_problem(node, client)
             if problem:
                 logger.error("node %d claims client id %d: refused, %s", node, client, problem)
@@ -215,6 +238,25 @@ class NodeDirectory:
             return f"it authenticated with key {actual}, but partition id {client} is bound to {bound}"
         return None
 
+    def _add_by_node_id(self, node: int) -> bool:
+        """Give ``node`` the client id it had, or the next one no node-id client holds;
+        False (logged) when all ``num_clients`` ids are taken."""
+        client = self.by_node_id.get(node)
+        if client is None:
+            taken = set(self.by_node_id.values()) | set(self.client_to_node)
+            free = [c for c in range(self.num_clients) if c not in taken]
+            if not free:
+                logger.warning(
+                    "node %d ignored: all %d client ids are taken (num_clients=%d)",
+                    node,
+                    self.num_clients,
+                    self.num_clients,
+                )
+                self.unanswered[node] = self.clock()
+                return False
+            client = self.by_node_id[node] = free[0]
+        return self._add(node, client)
+
     def _add(self, node: int, client: int) -> bool:
         """Map ``node`` to ``client``; False (ignored) when the id is out of range or
         another live node serves it (then ``node`` waits in ``duplicates``)."""
@@ -245,6 +287,11 @@ class NodeDirectory:
         self.node_to_client[node] = client
         self.client_to_node[client] = node
         return True
+
+    def answers_queries(self, node: int) -> bool:
+        """Whether ``node`` said its partition id (it runs fedflex's ClientApp, which also
+        answers loss queries); nodes identified by node id get EVALUATE messages instead."""
+        return node not in self.by_node_id
 
     def clients(self) -> np.ndarray:
         """Sorted client ids with a live node."""
@@ -288,3 +335,12 @@ def simulated_node_count(
         if now >= deadline:
             return count
         sleep(poll)
+
+
+def _says_partition_id(reply: Message) -> bool:
+    """Whether a query reply carries an integer ``partition-id`` in its config."""
+    try:
+        int(reply.content[keys.CONFIG][keys.PARTITION_ID])
+    except (KeyError, TypeError, ValueError):
+        return False
+    return True

@@ -1,6 +1,6 @@
 """What a run does around its rounds, as small objects the ServerApp wires together.
 
-:meth:`strategies.fedflex.FedFlex.start` calls, for every round, ``evaluate_fn(record,
+:meth:`strategies.fedflex.FedFlex.run_rounds` calls, for every round, ``evaluate_fn(record,
 arrays)`` inside the round, then ``on_round(record)``, ``after_round(round)`` and
 ``stop(record)``. These are:
 

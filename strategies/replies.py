@@ -38,6 +38,19 @@ AUTO_FACTOR = 4
 AUTO_SLACK = MB
 
 
+_CLIENT = "fedflex's ClientApp (clients.client_app:app) with local rule"
+#: what a reply that lacks a method's extra output is told: who sends that record or metric
+HELPERS = {
+    keys.SCAFFOLD_DC: f"SCAFFOLD's clients send their control-variate change ({_CLIENT} scaffold)",
+    keys.FEDNOVA_D: f"FedNova's clients send their normalised update ({_CLIENT} fednova)",
+    keys.FEDNOVA_A_NORM: f"FedNova's clients send ||a_i||_1 ({_CLIENT} fednova)",
+    keys.HERD_G: f"BHerd's clients send their herded gradient sum ({_CLIENT} bherd, or clients.bherd)",
+    keys.HERD_TAU: f"BHerd's clients send their local step count ({_CLIENT} bherd, or clients.bherd)",
+    keys.HERD_K: f"BHerd's clients send the number of selected gradients ({_CLIENT} bherd, or clients.bherd)",
+    keys.HERD_ALPHA_I: f"BHerd's clients send their selected fraction ({_CLIENT} bherd, or clients.bherd)",
+}
+
+
 @dataclass(frozen=True)
 class ReplyLimits:
     """What a training reply may carry.
@@ -57,6 +70,11 @@ class ReplyLimits:
         any other is rejected).
     metrics
         Metrics the local rule's replies carry (required, finite numbers).
+    arrays_key
+        The array record holding the model (Flower's ``arrayrecord_key``).
+    weight_key
+        The metric holding the client's example count, its aggregation weight
+        (Flower's ``weighted_by_key``).
     """
 
     sizes: Mapping[int, int] = field(default_factory=dict)
@@ -64,6 +82,8 @@ class ReplyLimits:
     max_bytes: Optional[int] = None
     records: tuple[str, ...] = ()
     metrics: tuple[str, ...] = ()
+    arrays_key: str = keys.ARRAYS
+    weight_key: str = keys.NUM_EXAMPLES
 
     def bound(self, client: Optional[int]) -> Optional[int]:
         """The most examples ``client`` may claim (None: unbounded)."""
@@ -77,7 +97,7 @@ class ReplyLimits:
         return AUTO_FACTOR * sum(int(a.nbytes) for a in global_arrays.values()) + AUTO_SLACK
 
 
-def num_examples_problem(n: Any, bound: Optional[int] = None) -> str:
+def num_examples_problem(n: Any, bound: Optional[int] = None, key: str = keys.NUM_EXAMPLES) -> str:
     """Why ``n`` is not a usable ``num-examples`` ("" when it is): a finite integer
     (an integral float counts) >= 1 and, with ``bound``, at most ``bound``.
 
@@ -88,7 +108,6 @@ def num_examples_problem(n: Any, bound: Optional[int] = None) -> str:
     >>> num_examples_problem(10**12, bound=40)
     'num-examples is 1000000000000, more than the 40 examples this client holds'
     """
-    key = keys.NUM_EXAMPLES
     if isinstance(n, bool) or not isinstance(n, (int, float)):
         return f"{key} missing or not a number ({n!r})"
     if not math.isfinite(n):
@@ -153,31 +172,34 @@ def check_reply(
     """A validated :class:`ClientUpdate` from a training reply of ``client``, or
     (None, the reason in one line); see the module docstring for what is checked."""
     limits = limits if limits is not None else ReplyLimits()
-    if keys.ARRAYS not in content.array_records:
-        return None, "no arrays"
+    if limits.arrays_key not in content.array_records:
+        return None, f"no {limits.arrays_key}"
     if keys.METRICS not in content.metric_records:
         return None, "no metrics"
     size, limit = reply_bytes(content), limits.byte_limit(global_arrays)
     if size > limit:
         return None, f"reply holds {size / MB:.1f} MB, more than the {limit / MB:.1f} MB limit"
     metrics = dict(content[keys.METRICS])
-    n = metrics.get(keys.NUM_EXAMPLES)
-    problem = num_examples_problem(n, limits.bound(client))
+    n = metrics.get(limits.weight_key)
+    problem = num_examples_problem(n, limits.bound(client), limits.weight_key)
     if problem:
         return None, problem
     for name in limits.metrics:
         value = metrics.get(name)
+        if value is None and name in HELPERS:
+            return None, f"no {name} metric: {HELPERS[name]}"
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return None, f"{name} missing or not a finite number ({value!r})"
-    names = [name for name in content.array_records if name != keys.ARRAYS]
+    names = [name for name in content.array_records if name != limits.arrays_key]
     unexpected = [name for name in names if name not in limits.records]
     if unexpected:
         sent = ", ".join(limits.records) or "none"
         return None, f"unexpected array record {unexpected[0]} (the local rule's: {sent})"
     missing = [name for name in limits.records if name not in names]
     if missing:
-        return None, f"no {missing[0]} record (the local rule sends it)"
-    arrays, reason = _decode(content[keys.ARRAYS], global_arrays, "", whole=True)
+        helper = HELPERS.get(missing[0], "the local rule sends it")
+        return None, f"no {missing[0]} record: {helper}"
+    arrays, reason = _decode(content[limits.arrays_key], global_arrays, "", whole=True)
     if arrays is None:
         return None, reason
     extras = {}

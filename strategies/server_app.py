@@ -279,7 +279,7 @@ def _run_server(
     if recorder is None:  # the rows are needed to tell whether any round trained
         on_round = _also_keep(on_round, rows)
     try:
-        result = strategy.start(
+        result = strategy.run_rounds(
             grid,
             initial,
             num_rounds=cfg.rounds,

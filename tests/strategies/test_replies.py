@@ -22,6 +22,12 @@ from strategies.server_app import run_server
 SCAFFOLD = ReplyLimits(records=(keys.SCAFFOLD_DC,))
 
 
+SCAFFOLD_MISSING = (
+    "no scaffold-dc record: SCAFFOLD's clients send their control-variate change "
+    "(fedflex's ClientApp (clients.client_app:app) with local rule scaffold)"
+)
+
+
 def _model():
     return OrderedDict(w=np.zeros(2, np.float32), b=np.zeros(1, np.float32), n=np.array(0, np.int64))
 
@@ -125,7 +131,7 @@ def test_a_scaffold_delta_of_the_wrong_shape_is_rejected():
 def test_a_scaffold_reply_without_its_control_variate_record_is_rejected():
     update, reason = check_reply(_reply(), _model(), SCAFFOLD)
     assert update is None
-    assert reason == "no scaffold-dc record (the local rule sends it)"
+    assert reason == SCAFFOLD_MISSING
 
 
 def test_a_good_scaffold_reply_carries_its_delta_as_an_extra():
@@ -162,7 +168,10 @@ def test_a_missing_rule_metric_is_rejected():
     d = OrderedDict(w=np.zeros(2, np.float32))
     update, reason = check_reply(_reply(extras={keys.FEDNOVA_D: d}), _model(), limits)
     assert update is None
-    assert reason == "fednova-a-norm missing or not a finite number (None)"
+    assert reason == (
+        "no fednova-a-norm metric: FedNova's clients send ||a_i||_1 "
+        "(fedflex's ClientApp (clients.client_app:app) with local rule fednova)"
+    )
 
 
 # ---------------------------------------------------------------------------- size
@@ -288,7 +297,7 @@ def test_a_scaffold_reply_without_its_record_is_rejected_not_a_server_crash(tmp_
     # Assert
     for row in rows:
         assert row["sampled"] == [0, 1, 3, 4]
-        assert row["rejected"] == [[2, "no scaffold-dc record (the local rule sends it)"]]
+        assert row["rejected"] == [[2, SCAFFOLD_MISSING]]
 
 
 def test_a_wrong_shaped_scaffold_delta_never_reaches_the_server_state(tmp_path):

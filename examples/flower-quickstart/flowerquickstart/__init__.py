@@ -1,0 +1,1 @@
+"""Flower's quickstart-pytorch, on the local Fashion-MNIST, with fedflex's strategies."""
