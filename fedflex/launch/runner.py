@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from fedflex.config import ScenarioConfig
-from fedflex.data import load_dataset
+from fedflex.data import check_data_fits, load_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +127,7 @@ def run(
     from strategies.server_app import make_server_app
 
     data = load_dataset(cfg.dataset, cfg.num_clients, cfg.seed)  # fails early, before Ray starts
+    check_data_fits(cfg, data)
     quiet_flower(verbose)
     if cfg.simulation.backend == "local":
         from clients.cohort_app import CohortTrainer
