@@ -9,8 +9,13 @@ id to that client's behaviour, documented in FedScale's "Device Trace File Forma
 ``active[i]`` and ``inactive[i]`` are the start and end (seconds) of the client's i-th
 online interval; FedScale's simulator counts a client online at time ``t`` when
 ``active[i] <= t mod finish_time <= inactive[i]`` for some ``i`` (the trace repeats every
-``finish_time`` seconds). That reading follows FedScale's docs and its ``is_active``
-check; no copy of the real trace could be opened on the machine this was written on.
+``finish_time`` seconds). Checked against the code of FedScale 1.0 (PyPI:
+``fedscale/cloud/client_manager.py`` loads the pickle, ``internal/client_metadata.py``'s
+``is_active`` tests the interval; FedScale walks the intervals with a cursor that moves one
+step per call, here every interval is tested). The trace file itself (downloaded by
+FedScale's scripts) could not be had on the machine this was written on, so it was not
+opened here. FedScale gives its client ``c`` the trace ``keys[c mod len(trace)]`` in the
+file's key order; here ids are sorted.
 
 The conversion maps the clock to rounds: round ``t`` (1, 2, ...) happens at time
 ``offset + (t - 1) * seconds_per_round``, and a client is online in round ``t`` when it
