@@ -30,7 +30,8 @@ Results equal the sequential path's up to float rounding (batched kernels sum in
 order): ``tests/clients/test_cohort.py`` states the tolerance.
 
 Not batched: models with BatchNorm running statistics (per-client buffers would need a
-running-stats update under vmap; :func:`unsupported_reason` names the layer) and rules
+running-stats update under vmap; :func:`unsupported_reason` names the layer), recurrent
+layers (vmap has no rule for ``aten::lstm``; embeddings and 1-D convolutions batch) and rules
 with their own loop (BHerd, GraB): those rounds run one client at a time.
 """
 
@@ -79,6 +80,8 @@ def unsupported_reason(model: nn.Module) -> Optional[str]:
             return f"{type(module).__name__} layer {name!r} keeps running statistics"
         if isinstance(module, nn.Dropout) and module.p > 0:
             return f"dropout layer {name!r} draws random masks"
+        if isinstance(module, nn.RNNBase):
+            return f"{type(module).__name__} layer {name!r} has no torch.func.vmap batching rule"
     return None
 
 

@@ -95,8 +95,11 @@ def _join(path: str, name: str) -> str:
 
 
 # ---------------------------------------------------------------------------- schema
-DATASETS = ("synthetic", "fmnist", "mnist", "cifar10", "svhn")
+DATASETS = ("synthetic", "fmnist", "mnist", "cifar10", "svhn", "hf")
 LABEL_MAPS = ("none", "even-odd")
+TOKENIZERS = ("vocab", "hashing")
+TOKEN_UNITS = ("words", "chars")
+SIDES = ("right", "left")
 
 
 @dataclass
@@ -111,6 +114,21 @@ class DatasetConfig:
     ``label_map``: ``none``, or ``even-odd`` (label y -> y mod 2: even -> 0, odd -> 1;
     the BHerd paper's "is the digit even or odd" SVM task). Applied when the data are
     loaded, so partitions, training and evaluation all see the two classes.
+
+    ``hf``: a Hugging Face dataset (:mod:`fedflex.hf`, ``docs/datasets.md``), from a local
+    ``save_to_disk`` directory (``path``), or data files (``train_files`` /
+    ``test_files``: CSV, JSON lines or Parquet, by suffix), or else the hub (``hub``,
+    through ``datasets.load_dataset`` when the network is reachable and ``download`` is
+    on). Relative paths resolve against the data root. ``input_column`` holds a text
+    (tokenised) or an image; ``label_column`` an integer, a class label or a string
+    (strings are numbered in sorted order). ``client_column`` names each example's
+    natural client (writer, speaker, user id) for ``partition.scheme=natural``. Without
+    a test split, ``test_fraction`` of the training split (a fixed seeded draw) is held
+    out. Text: ``tokenizer`` ``vocab`` (the ``vocab_size`` most frequent tokens of the
+    training split; ids 0 = padding, 1 = unknown) or ``hashing`` (token -> one of
+    ``vocab_size`` buckets by a stable hash), tokens are ``words`` (lower-cased when
+    ``lowercase``, split on non-word characters) or ``chars``; every text becomes
+    ``max_len`` ids, cut on the ``truncation`` side and padded on the ``padding`` side.
     """
 
     name: str = "synthetic"
@@ -124,6 +142,29 @@ class DatasetConfig:
     samples_per_client: int = 200
     test_fraction: float = 0.2
     label_map: str = "none"
+    # hf: Hugging Face datasets
+    hub: Optional[str] = None
+    hub_config: Optional[str] = None
+    path: Optional[str] = None
+    train_files: list[str] = field(default_factory=list)
+    test_files: list[str] = field(default_factory=list)
+    train_split: str = "train"
+    test_split: str = "test"
+    input_column: str = "text"
+    label_column: str = "label"
+    client_column: Optional[str] = None
+    # hf text
+    tokenizer: str = "vocab"
+    token_unit: str = "words"
+    lowercase: bool = True
+    vocab_size: int = 20000
+    max_len: int = 64
+    truncation: str = "right"
+    padding: str = "right"
+
+    #: ids below this are reserved (0 = padding, 1 = unknown); a model's embedding table
+    #: has ``vocab_size + NUM_SPECIAL_TOKENS`` rows.
+    NUM_SPECIAL_TOKENS: ClassVar[int] = 2
 
     def validate(self, path: str) -> None:
         _choice(path, "name", self.name, DATASETS)
@@ -134,6 +175,35 @@ class DatasetConfig:
         _num(path, "num_classes", self.num_classes, ge=2)
         _num(path, "samples_per_client", self.samples_per_client, ge=2)
         _num(path, "test_fraction", self.test_fraction, gt=0, lt=1)
+        _choice(path, "tokenizer", self.tokenizer, TOKENIZERS)
+        _choice(path, "token_unit", self.token_unit, TOKEN_UNITS)
+        _choice(path, "truncation", self.truncation, SIDES)
+        _choice(path, "padding", self.padding, SIDES)
+        _num(path, "vocab_size", self.vocab_size, ge=1)
+        _num(path, "max_len", self.max_len, ge=1)
+        for key in ("train_files", "test_files"):
+            value = getattr(self, key)
+            if isinstance(value, str):  # one file given as a string
+                value = [value]
+            setattr(self, key, [str(v) for v in value])
+        if self.name != "hf":
+            return
+        if self.path and self.train_files:
+            raise ConfigError(
+                _join(path, "path"), self.path, "set either path (a save_to_disk directory) or train_files, not both"
+            )
+        if self.test_files and not self.train_files:
+            raise ConfigError(_join(path, "test_files"), self.test_files, "needs train_files too")
+        if not (self.hub or self.path or self.train_files):
+            raise ConfigError(
+                _join(path, "hub"),
+                self.hub,
+                "dataset hf needs a source: hub (a Hugging Face hub name), path (a save_to_disk "
+                "directory) or train_files (CSV, JSON lines, Parquet)",
+            )
+        for key in ("input_column", "label_column"):
+            if not getattr(self, key):
+                raise ConfigError(_join(path, key), getattr(self, key), "must name a column")
 
 
 PARTITIONS = ("natural", "iid", "dirichlet", "shards", "mixed-dirichlet", "label-sets", "label-groups")
@@ -144,7 +214,9 @@ LABEL_SET_PATTERNS = ("half", "partial-overlap", "distinct", "two-shard", "sessi
 class PartitionConfig:
     """How the training set is split over ``num_clients`` clients.
 
-    - ``natural``: the dataset's own split (synthetic: one generator per client).
+    - ``natural``: the dataset's own split (synthetic: one generator per client; ``hf``:
+      one client per value of ``dataset.client_column``, flwr-datasets'
+      ``NaturalIdPartitioner``; ``num_clients`` must equal the number of values).
     - ``iid``: uniform random equal split.
     - ``dirichlet``: label shares per client ~ Dirichlet(``alpha``) (Hsu et al., 2019).
     - ``shards``: ``labels_per_client`` labels per client (pathological, McMahan et al.).
@@ -208,7 +280,12 @@ MODELS = (
     "cnn-svhn",
     "resnet18",
     "svm",
+    "embedding-bag",
+    "text-cnn",
+    "text-lstm",
 )
+#: Models that read token ids (``dataset.name=hf`` with a text ``input_column``).
+TEXT_MODELS = ("embedding-bag", "text-cnn", "text-lstm")
 LOSSES = ("cross-entropy", "squared-hinge")
 
 
@@ -216,12 +293,24 @@ LOSSES = ("cross-entropy", "squared-hinge")
 class ModelConfig:
     """Model by registry name (see :mod:`fedflex.models`) and its training loss
     (``loss``, see :mod:`fedflex.losses`: ``cross-entropy`` or ``squared-hinge``; the
-    one-output ``svm`` needs ``squared-hinge``)."""
+    one-output ``svm`` needs ``squared-hinge``).
+
+    Text models (:data:`TEXT_MODELS`) embed token ids in ``embed_dim`` dimensions;
+    ``text_hidden`` is the LSTM width per direction (``text-lstm``, ``rnn_layers``
+    layers, ``bidirectional``) or the filters per kernel size (``text-cnn``).
+    ``vocab_size``: rows of the embedding table; left unset it is
+    ``dataset.vocab_size + 2`` (padding and unknown ids), the only value that fits."""
 
     name: str = "logreg"
     norm: str = "batch"  # resnet18 only: batch | group
     hidden: Any = 200  # mlp only: one width, or a list of widths ([200, 200]: FedAWARE's MLP)
     loss: str = "cross-entropy"
+    # text models
+    embed_dim: int = 64
+    text_hidden: int = 128
+    rnn_layers: int = 1
+    bidirectional: bool = True
+    vocab_size: Optional[int] = None
 
     def validate(self, path: str) -> None:
         _choice(path, "name", self.name, MODELS)
@@ -233,6 +322,10 @@ class ModelConfig:
                 "model svm has one output (a binary scorer): use squared-hinge",
             )
         _choice(path, "norm", self.norm, ("batch", "group"))
+        _num(path, "embed_dim", self.embed_dim, ge=1)
+        _num(path, "text_hidden", self.text_hidden, ge=1)
+        _num(path, "rnn_layers", self.rnn_layers, ge=1)
+        _num(path, "vocab_size", self.vocab_size, ge=3, optional=True)
         widths = list(self.hidden) if isinstance(self.hidden, (list, tuple, ListConfig)) else [self.hidden]
         if not widths or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in widths):
             raise ConfigError(
@@ -1073,6 +1166,34 @@ class ScenarioConfig:
         # unset defaults (e.g. churn.min_session_rounds) filled as it is made
         self.validate()
 
+    def _check_text_model(self) -> None:
+        """A text model reads token ids of an ``hf`` dataset; its embedding table has one row
+        per id the tokenizer can emit (filled in when unset); LSTMs cannot be batched."""
+        if self.model.name not in TEXT_MODELS:
+            return
+        if self.dataset.name != "hf":
+            raise ConfigError(
+                "model.name",
+                self.model.name,
+                f"reads token ids: use it with dataset.name=hf and a text input_column, not {self.dataset.name}",
+            )
+        rows = self.dataset.vocab_size + DatasetConfig.NUM_SPECIAL_TOKENS
+        if self.model.vocab_size is None:
+            self.model.vocab_size = rows
+        elif self.model.vocab_size != rows:
+            raise ConfigError(
+                "model.vocab_size",
+                self.model.vocab_size,
+                f"must be dataset.vocab_size + {DatasetConfig.NUM_SPECIAL_TOKENS} = {rows} (or unset)",
+            )
+        if self.model.name == "text-lstm" and self.simulation.vectorize == "on":
+            raise ConfigError(
+                "simulation.vectorize",
+                "on",
+                "model text-lstm cannot be trained as a batched cohort (torch.func.vmap has no rule for "
+                "LSTM layers); use vectorize=off (or auto, which trains it one client at a time)",
+            )
+
     def validate(self, path: str = "") -> None:
         _num(path, "seed", self.seed, ge=0)
         _num(path, "num_clients", self.num_clients, ge=1)
@@ -1083,13 +1204,20 @@ class ScenarioConfig:
             sub = getattr(self, f.name)
             if hasattr(sub, "validate"):
                 sub.validate(_join(path, f.name))
-        if self.partition.scheme == "natural" and self.dataset.name != "synthetic":
+        if self.partition.scheme == "natural" and self.dataset.name == "hf" and not self.dataset.client_column:
+            raise ConfigError(
+                "partition.scheme",
+                "natural",
+                "dataset hf splits naturally by a column: set dataset.client_column (writer, speaker, user id)",
+            )
+        if self.partition.scheme == "natural" and self.dataset.name not in ("synthetic", "hf"):
             raise ConfigError(
                 "partition.scheme",
                 "natural",
                 f"dataset {self.dataset.name} has no natural split; "
                 "use iid, dirichlet, shards, mixed-dirichlet or label-sets",
             )
+        self._check_text_model()
         if self.deployment.wait_for_nodes > self.num_clients:
             raise ConfigError(
                 "deployment.wait_for_nodes",

@@ -13,10 +13,14 @@ Registered datasets (:data:`DATASETS`):
 - ``mnist``: MNIST through torchvision's ``MNIST``.
 - ``cifar10``: CIFAR-10 through torchvision's ``CIFAR10`` (python pickle batches).
 - ``svhn``: SVHN (cropped digits) through torchvision's ``SVHN``, files in ``<root>/SVHN``.
+- ``hf``: a Hugging Face dataset, text or images, from a ``save_to_disk`` directory, data
+  files (CSV, JSON lines, Parquet) or the hub (:mod:`fedflex.hf`); text is tokenised into
+  ``int64`` token ids, and a ``client_column`` gives a natural split (FEMNIST writers,
+  Shakespeare speakers).
 - ``synthetic``: Synthetic(alpha, beta) of the FedProx paper, Li et al., 2020,
   "Federated Optimization in Heterogeneous Networks", https://arxiv.org/abs/1812.06127:
   one generating distribution per client, generated, never downloaded; it is the only
-  dataset with a natural per-client split.
+  generated dataset with a natural per-client split.
 
 The data root is ``dataset.root``, else ``$FEDFLEX_DATA``, else ``~/.cache/fedflex/data``
 (:func:`data_root`). Missing files end as one :class:`DataNotFoundError` that names
@@ -146,7 +150,8 @@ class ArrayDataset:
     Parameters
     ----------
     x
-        Inputs: images as ``uint8 [N, C, H, W]``, or features as ``float32 [N, D]``.
+        Inputs: images as ``uint8 [N, C, H, W]``, features as ``float32 [N, D]``, or
+        token ids as ``int64 [N, L]`` (text; 0 is padding).
     y
         Labels, ``int64 [N]``, in ``0 .. num_classes - 1``.
     num_classes
@@ -174,8 +179,10 @@ class ArrayDataset:
             raise TypeError(f"x and y must be torch tensors, got {type(self.x).__name__} and {type(self.y).__name__}")
         if self.x.dim() < 2:
             raise ValueError(f"x must be [N, ...] with at least 2 dimensions, got shape {tuple(self.x.shape)}")
-        if self.x.dtype != torch.uint8 and not self.x.dtype.is_floating_point:
-            raise ValueError(f"x must be uint8 images or floating-point features, got {self.x.dtype}")
+        if self.x.dtype not in (torch.uint8, torch.int64) and not self.x.dtype.is_floating_point:
+            raise ValueError(f"x must be uint8 images, floating-point features or int64 token ids, got {self.x.dtype}")
+        if self.x.dtype == torch.int64 and self.mean is not None:
+            raise ValueError("token ids (int64 x) take no mean / std")
         if self.y.dim() != 1 or self.y.dtype != torch.int64:
             raise ValueError(f"y must be int64 [N], got {self.y.dtype} {tuple(self.y.shape)}")
         if self.x.shape[0] != self.y.shape[0]:
@@ -197,6 +204,11 @@ class ArrayDataset:
         return int(self.y.shape[0])
 
     @property
+    def is_tokens(self) -> bool:
+        """Whether the inputs are token ids (``int64``), which :meth:`inputs` returns as they are."""
+        return self.x.dtype == torch.int64
+
+    @property
     def input_shape(self) -> tuple[int, ...]:
         """Shape of one example, e.g. ``(1, 28, 28)`` or ``(60,)``."""
         return tuple(int(s) for s in self.x.shape[1:])
@@ -206,9 +218,11 @@ class ArrayDataset:
 
         ``uint8`` images become ``(x / 255 - mean) / std`` per channel. Float features
         without statistics come back as they are, sharing memory with :attr:`x` when they
-        are already ``float32``.
+        are already ``float32``; so do token ids (``int64``).
         """
         x = self.x[_as_index(idx)]
+        if x.dtype == torch.int64:
+            return x
         if x.dtype == torch.uint8:
             x = x.to(torch.float32).div_(255.0)
         elif x.dtype != torch.float32:
@@ -486,6 +500,14 @@ def _load_synthetic(cfg: DatasetConfig, num_clients: int, seed: int) -> Federate
     return FederatedData(train=as_set(train_x, train_y), test=as_set(test_x, test_y), natural_partition=partition)
 
 
+def _load_hf(cfg: DatasetConfig, num_clients: int, seed: int) -> FederatedData:
+    """A Hugging Face dataset: hub name, ``save_to_disk`` directory or data files
+    (:mod:`fedflex.hf`)."""
+    from fedflex.hf import load_hf
+
+    return load_hf(cfg, num_clients, seed)
+
+
 # ---------------------------------------------------------------------------- registry
 #: Registry name -> loader ``(cfg, num_clients, seed) -> FederatedData``.
 DATASETS: dict[str, Callable[[DatasetConfig, int, int], FederatedData]] = {
@@ -494,6 +516,7 @@ DATASETS: dict[str, Callable[[DatasetConfig, int, int], FederatedData]] = {
     "mnist": _load_mnist,
     "cifar10": _load_cifar10,
     "svhn": _load_svhn,
+    "hf": _load_hf,
 }
 
 
@@ -540,6 +563,38 @@ def load_dataset(cfg: DatasetConfig, num_clients: int, seed: int) -> FederatedDa
         data.train.num_classes,
     )
     return data
+
+
+def check_data_fits(cfg: Any, data: FederatedData) -> None:
+    """What only the loaded data can tell, checked before a run starts: text models need
+    token ids and token ids need a text model; with ``partition.scheme=natural``,
+    ``num_clients`` must be the number of natural clients (an ``hf`` dataset's
+    ``client_column`` values).
+
+    Raises
+    ------
+    ConfigError
+        Naming the key and what to set.
+    """
+    from fedflex.config import TEXT_MODELS
+
+    text_model = cfg.model.name in TEXT_MODELS
+    if data.train.is_tokens != text_model:
+        what = (
+            "token ids (a text input_column)" if data.train.is_tokens else f"inputs of shape {data.train.input_shape}"
+        )
+        need = ", ".join(TEXT_MODELS) if data.train.is_tokens else "an image or feature model"
+        raise ConfigError("model.name", cfg.model.name, f"dataset {cfg.dataset.name} gives {what}: use {need}")
+    if cfg.partition.scheme != "natural" or data.natural_partition is None:
+        return
+    found = len(data.natural_partition)
+    if found != cfg.num_clients:
+        by = f"dataset.client_column={cfg.dataset.client_column!r}" if cfg.dataset.name == "hf" else cfg.dataset.name
+        raise ConfigError(
+            "num_clients",
+            cfg.num_clients,
+            f"partition.scheme=natural by {by} gives {found} clients: set num_clients={found}",
+        )
 
 
 def apply_label_map(data: FederatedData, label_map: str) -> FederatedData:

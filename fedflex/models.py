@@ -44,6 +44,23 @@ Models and where they come from:
   two-column scorer ``f = s_1 - s_0`` would have twice the parameters and take steps
   twice as long, so it would not be the paper's SVM.
 
+Text models (token ids ``int64 [B, L]`` from :mod:`fedflex.hf`, 0 = padding; an
+embedding table of ``ModelConfig.vocab_size`` rows, ``embed_dim`` wide):
+
+- ``embedding-bag``: the mean of the non-padding tokens' embeddings, then
+  ``Linear(embed_dim, C)``: fastText (Joulin et al., "Bag of Tricks for Efficient Text
+  Classification", EACL 2017), the model of PyTorch's AG News tutorial (embedding 64).
+  It computes ``nn.EmbeddingBag(mode="mean", padding_idx=0)`` with an ``nn.Embedding`` and
+  a masked mean, because ``torch.func.vmap`` (cohorts) has no batching rule for
+  ``embedding_bag`` and would fall back to a slow per-client loop.
+- ``text-cnn``: Kim's CNN ("Convolutional Neural Networks for Sentence Classification",
+  EMNLP 2014) without dropout: 1-D convolutions of widths 3, 4, 5 with ``text_hidden``
+  filters each, ReLU, max over time, ``Linear(3 * text_hidden, C)``. Needs L >= 5.
+- ``text-lstm``: TextRNN (Liu, Qiu & Huang, "Recurrent Neural Network for Text
+  Classification with Multi-Task Learning", IJCAI 2016), HiCS-FL's THUCNews model:
+  ``rnn_layers`` (bi)LSTM layers of ``text_hidden`` units, the output at the last
+  position, ``Linear``. Not batchable as a cohort (no vmap rule for LSTM).
+
 All convolutional models take ``input_shape = (C, H, W)`` and compute their flattened
 feature size from it, except ``cnn-bherd``, whose FC 1568 fixes H = W = 28. A shape a
 model cannot take raises :class:`ValueError` naming the model, the shape and what the
@@ -358,6 +375,82 @@ def _resnet18(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) 
     return model
 
 
+# ---------------------------------------------------------------------------- text
+class MeanEmbedding(nn.Module):
+    """The mean embedding of each row's non-padding ids (id 0 is padding): what
+    ``nn.EmbeddingBag(num, dim, mode="mean", padding_idx=0)`` computes, written so that
+    ``torch.func.vmap`` batches it. An all-padding row gives zeros."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(num_embeddings, embedding_dim, padding_idx=0)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        mask = (ids != 0).unsqueeze(-1).to(self.embedding.weight.dtype)
+        total = (self.embedding(ids) * mask).sum(dim=1)
+        return total / mask.sum(dim=1).clamp(min=1.0)
+
+
+class ConvPool(nn.Module):
+    """Kim's CNN body: embed, 1-D convolutions of several widths, ReLU, max over time, concat."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, channels: int, widths: Sequence[int]) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(num_embeddings, embedding_dim, padding_idx=0)
+        self.convs = nn.ModuleList(nn.Conv1d(embedding_dim, channels, w) for w in widths)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embedding(ids).transpose(1, 2)  # [B, D, L]
+        return torch.cat([F.relu(conv(x)).amax(dim=2) for conv in self.convs], dim=1)
+
+
+class LastStepLSTM(nn.Module):
+    """TextRNN's body: embed, (bi)LSTM, the output at the last position."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, hidden: int, layers: int, bidirectional: bool) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(num_embeddings, embedding_dim, padding_idx=0)
+        self.lstm = nn.LSTM(embedding_dim, hidden, num_layers=layers, batch_first=True, bidirectional=bidirectional)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(self.embedding(ids))
+        return out[:, -1]
+
+
+#: Kernel widths of ``text-cnn`` (Kim, 2014).
+TEXT_CNN_WIDTHS = (3, 4, 5)
+
+
+def _text_rows(name: str, cfg: ModelConfig, input_shape: tuple[int, ...], min_len: int = 1) -> int:
+    """The embedding table's rows; checks that the input is ``(L,)`` token ids."""
+    if len(input_shape) != 1 or input_shape[0] < min_len:
+        raise _shape_error(name, input_shape, f"token ids (L,) with L >= {min_len} (dataset.max_len)")
+    if cfg.vocab_size is None:
+        raise ValueError(f"model {name!r} needs model.vocab_size (dataset.vocab_size + 2; the scenario sets it)")
+    return int(cfg.vocab_size)
+
+
+def _embedding_bag(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """fastText: mean of the token embeddings -> ``Linear(embed_dim, C)``; returns logits."""
+    rows = _text_rows("embedding-bag", cfg, input_shape)
+    return Classifier(MeanEmbedding(rows, cfg.embed_dim), nn.Linear(cfg.embed_dim, num_classes))
+
+
+def _text_cnn(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """Kim's CNN: widths 3, 4, 5 x ``text_hidden`` filters, max over time -> Linear; logits."""
+    rows = _text_rows("text-cnn", cfg, input_shape, min_len=max(TEXT_CNN_WIDTHS))
+    body = ConvPool(rows, cfg.embed_dim, cfg.text_hidden, TEXT_CNN_WIDTHS)
+    return Classifier(body, nn.Linear(cfg.text_hidden * len(TEXT_CNN_WIDTHS), num_classes))
+
+
+def _text_lstm(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """TextRNN: (bi)LSTM, last position -> Linear; logits."""
+    rows = _text_rows("text-lstm", cfg, input_shape)
+    body = LastStepLSTM(rows, cfg.embed_dim, cfg.text_hidden, cfg.rnn_layers, cfg.bidirectional)
+    width = cfg.text_hidden * (2 if cfg.bidirectional else 1)
+    return Classifier(body, nn.Linear(width, num_classes))
+
+
 def _svm(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """Linear SVM (BHerd paper): ``flatten -> Linear(d, 1)``, one score per example.
 
@@ -383,6 +476,9 @@ MODELS: dict[str, Builder] = {
     "cnn-svhn": _cnn_svhn,
     "resnet18": _resnet18,
     "svm": _svm,
+    "embedding-bag": _embedding_bag,
+    "text-cnn": _text_cnn,
+    "text-lstm": _text_lstm,
 }
 
 

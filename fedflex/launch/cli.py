@@ -162,6 +162,8 @@ def _run(args: argparse.Namespace) -> int:
                 runner.run(cfg, out, verbose=args.verbose)
         except DataNotFoundError as exc:
             return _fail(str(exc), code=1)
+        except ConfigError as exc:  # found with the data: a missing column, num_clients vs natural clients
+            return _fail(f"config error: {exc}")
         except OSError as exc:
             if exc.errno not in WRITE_ERRNOS:
                 raise

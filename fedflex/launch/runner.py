@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from fedflex import interrupts
 from fedflex.config import ScenarioConfig
-from fedflex.data import load_dataset
+from fedflex.data import check_data_fits, load_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -163,6 +163,7 @@ def _run(
     from strategies.server_app import make_server_app
 
     data = load_dataset(cfg.dataset, cfg.num_clients, cfg.seed)  # fails early, before Ray starts
+    check_data_fits(cfg, data)
     quiet_flower(verbose)
     if cfg.simulation.backend == "local":
         from clients.cohort_app import CohortTrainer

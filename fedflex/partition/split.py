@@ -108,7 +108,9 @@ def _natural(natural: Optional[list[np.ndarray]], num_clients: int, num_examples
     if natural is None:
         raise ValueError("partition.scheme = 'natural' needs the dataset's own split (natural=None)")
     if len(natural) != num_clients:
-        raise ValueError(f"natural split has {len(natural)} clients, num_clients is {num_clients}")
+        raise ValueError(
+            f"natural split has {len(natural)} clients, num_clients is {num_clients}: set num_clients={len(natural)}"
+        )
     indices = [np.asarray(ix, dtype=np.int64).ravel() for ix in natural]
     flat = np.concatenate(indices) if indices else np.zeros(0, dtype=np.int64)
     if len(flat) and (flat.min() < 0 or flat.max() >= num_examples):

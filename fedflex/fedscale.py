@@ -1,0 +1,190 @@
+"""FedScale client availability traces -> fedflex's trace CSV (:mod:`fedflex.trace`).
+
+FedScale (Lai et al., "FedScale: Benchmarking Model and System Performance of Federated
+Learning at Scale", ICML 2022) ships ``client_behave_trace``: a pickled dict from a client
+id to that client's behaviour, documented in FedScale's "Device Trace File Formats" as::
+
+    {'duration': INT, 'inactive': [INT], 'finish_time': INT, 'active': [INT], 'model': STRING}
+
+``active[i]`` and ``inactive[i]`` are the start and end (seconds) of the client's i-th
+online interval; FedScale's simulator counts a client online at time ``t`` when
+``active[i] <= t mod finish_time <= inactive[i]`` for some ``i`` (the trace repeats every
+``finish_time`` seconds). Checked against the code of FedScale 1.0 (PyPI:
+``fedscale/cloud/client_manager.py`` loads the pickle, ``internal/client_metadata.py``'s
+``is_active`` tests the interval; FedScale walks the intervals with a cursor that moves one
+step per call, here every interval is tested). The trace file itself (downloaded by
+FedScale's scripts) could not be had on the machine this was written on, so it was not
+opened here. FedScale gives its client ``c`` the trace ``keys[c mod len(trace)]`` in the
+file's key order; here ids are sorted.
+
+The conversion maps the clock to rounds: round ``t`` (1, 2, ...) happens at time
+``offset + (t - 1) * seconds_per_round``, and a client is online in round ``t`` when it
+is online at that instant (FedScale's own test). Each interval becomes the rows of
+consecutive online rounds, ``online_from <= t < online_until``, repeated every
+``finish_time`` seconds up to ``rounds`` (``repeat=False``: the trace is played once).
+Clients are numbered ``0 ..`` in the order of their sorted FedScale ids (the
+``fedscale_id`` column keeps the original id; :mod:`fedflex.trace` ignores extra columns);
+``num_clients`` keeps the first ones.
+
+Command line::
+
+    python -m fedflex.fedscale client_behave_trace OUT.csv --seconds-per-round 60 --rounds 500 [--num-clients N]
+
+The pickle is read with :mod:`pickle`, which runs code from the file: convert only
+traces you trust. A JSON file of the same mapping is read too (``.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import pickle
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from fedflex.trace import TRACE_COLUMNS
+
+
+def read_fedscale(path: str | Path) -> dict[Any, dict]:
+    """The trace mapping from a pickle (FedScale's file) or a JSON file.
+
+    Raises
+    ------
+    ValueError
+        For a missing or unreadable file, or one that is not a mapping of clients.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"FedScale trace {path}: no such file")
+    try:
+        if path.suffix.lower() == ".json":
+            trace = json.loads(path.read_text(encoding="utf-8"))
+        else:
+            with path.open("rb") as fh:
+                trace = pickle.load(fh)  # noqa: S301 - FedScale's format; see the module docstring
+    except (OSError, ValueError, pickle.UnpicklingError, EOFError) as exc:
+        raise ValueError(f"FedScale trace {path}: cannot be read ({exc})") from None
+    if not isinstance(trace, Mapping) or not trace:
+        raise ValueError(f"FedScale trace {path}: expected a non-empty mapping client id -> behaviour")
+    return dict(trace)
+
+
+def _sort_key(client_id: Any) -> tuple:
+    try:
+        return (0, int(client_id), "")
+    except (TypeError, ValueError):
+        return (1, 0, str(client_id))
+
+
+def _rounds_online(start: float, end: float, spr: float, offset: float) -> tuple[int, int]:
+    """Rounds ``[first, until)`` whose instant ``offset + (t - 1) * spr`` lies in ``[start, end]``."""
+    first = math.ceil((start - offset) / spr) + 1
+    until = math.floor((end - offset) / spr) + 2
+    return max(first, 1), until
+
+
+def convert(
+    trace: Mapping[Any, Mapping[str, Any]],
+    seconds_per_round: float,
+    rounds: int,
+    num_clients: Optional[int] = None,
+    offset: float = 0.0,
+    repeat: bool = True,
+) -> list[tuple[int, int, int, str]]:
+    """Rows ``(client, online_from, online_until, fedscale_id)`` for rounds ``1 .. rounds``.
+
+    Intervals of one client that touch or overlap are merged; a client never online in
+    those rounds has no row (fedflex then never samples it).
+
+    Raises
+    ------
+    ValueError
+        For a non-positive ``seconds_per_round`` or ``rounds``, too few clients, or a
+        client whose entry lacks ``active`` / ``inactive`` lists of one length (or
+        ``finish_time`` when ``repeat``).
+    """
+    if not seconds_per_round > 0:
+        raise ValueError(f"seconds_per_round = {seconds_per_round}: must be > 0")
+    if rounds < 1:
+        raise ValueError(f"rounds = {rounds}: must be >= 1")
+    ids = sorted(trace, key=_sort_key)
+    if num_clients is not None:
+        if not 1 <= num_clients <= len(ids):
+            raise ValueError(f"num_clients = {num_clients}: the trace has {len(ids)} clients")
+        ids = ids[:num_clients]
+    horizon = offset + (rounds - 1) * seconds_per_round  # the last round's instant
+    rows: list[tuple[int, int, int, str]] = []
+    for client, cid in enumerate(ids):
+        entry = trace[cid]
+        active, inactive = entry.get("active"), entry.get("inactive")
+        if not isinstance(active, Sequence) or not isinstance(inactive, Sequence) or len(active) != len(inactive):
+            raise ValueError(f"client {cid!r}: needs 'active' and 'inactive' lists of the same length")
+        period = entry.get("finish_time")
+        if repeat and not (isinstance(period, (int, float)) and period > 0):
+            raise ValueError(f"client {cid!r}: needs a positive 'finish_time' to repeat (or use repeat=False)")
+        cycles = int(horizon // period) + 1 if repeat else 1
+        spans = []
+        for k in range(cycles):
+            shift = k * period if repeat else 0.0
+            for a, b in zip(active, inactive):
+                if b < a:
+                    raise ValueError(f"client {cid!r}: interval active {a} > inactive {b}")
+                first, until = _rounds_online(a + shift, b + shift, seconds_per_round, offset)
+                until = min(until, rounds + 1)
+                if first < until:
+                    spans.append((first, until))
+        for first, until in _merge(spans):
+            rows.append((client, first, until, str(cid)))
+    return rows
+
+
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for first, until in sorted(spans):
+        if out and first <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], until)
+        else:
+            out.append([first, until])
+    return [(a, b) for a, b in out]
+
+
+def write_trace(rows: Sequence[tuple[int, int, int, str]], path: str | Path) -> None:
+    """The rows as fedflex's trace CSV (``client,online_from,online_until,fedscale_id``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow([*TRACE_COLUMNS, "fedscale_id"])
+        writer.writerows(rows)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m fedflex.fedscale", description="Convert a FedScale client_behave_trace to a fedflex trace CSV."
+    )
+    parser.add_argument("trace", help="FedScale's client_behave_trace (pickle) or the same mapping as .json")
+    parser.add_argument("out", help="the CSV to write (churn.kind=trace churn.trace=OUT)")
+    parser.add_argument("--seconds-per-round", type=float, required=True, help="seconds of trace time per round")
+    parser.add_argument("--rounds", type=int, required=True, help="rounds to cover (the scenario's rounds)")
+    parser.add_argument("--num-clients", type=int, default=None, help="keep the first N clients (sorted ids)")
+    parser.add_argument("--offset", type=float, default=0.0, help="trace time of round 1 (seconds)")
+    parser.add_argument("--no-repeat", action="store_true", help="play the trace once instead of every finish_time")
+    args = parser.parse_args(argv)
+    try:
+        trace = read_fedscale(args.trace)
+        rows = convert(trace, args.seconds_per_round, args.rounds, args.num_clients, args.offset, not args.no_repeat)
+        write_trace(rows, args.out)
+    except (ValueError, OSError) as exc:
+        print(f"fedflex.fedscale: {exc}", file=sys.stderr)
+        return 2
+    clients = len(trace) if args.num_clients is None else args.num_clients
+    online = len({r[0] for r in rows})
+    print(f"wrote {args.out}: {len(rows)} intervals, {online} of {clients} clients online in rounds 1..{args.rounds}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
