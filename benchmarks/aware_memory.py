@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT))
 
 from fedflex.config import ModelConfig  # noqa: E402
 from fedflex.models import build_model  # noqa: E402
-from strategies.fedaware import AwareCore, min_norm_weights  # noqa: E402
-from strategies.parts import ClientUpdate  # noqa: E402
+from fedflex.strategies.fedaware import AwareCore, min_norm_weights  # noqa: E402
+from fedflex.strategies.parts import ClientUpdate  # noqa: E402
 
 MODELS = {"cnn-fmnist": (1, 28, 28), "cnn-cifar": (3, 32, 32)}
 GB = 1 << 30

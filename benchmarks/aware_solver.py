@@ -22,7 +22,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from strategies.fedaware import min_norm_away_steps, min_norm_weights  # noqa: E402
+from fedflex.strategies.fedaware import min_norm_away_steps, min_norm_weights  # noqa: E402
 
 
 def gram_matrix(n: int, dim: int, seed: int) -> np.ndarray:

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from clients.bherd import GradientStore, herd_k  # noqa: E402
+from fedflex.clients.bherd import GradientStore, herd_k  # noqa: E402
 from fedflex.config import ModelConfig  # noqa: E402
 from fedflex.models import MODELS, build_model, num_parameters  # noqa: E402
 

@@ -43,9 +43,9 @@ class Ctx:
 
 def server_half(rule: str, n: int):
     from fedflex.config import LocalRuleConfig
-    from strategies.fedcm import FedCMServer
-    from strategies.feddyn import FedDynServer
-    from strategies.scaffold import ScaffoldServer
+    from fedflex.strategies.fedcm import FedCMServer
+    from fedflex.strategies.feddyn import FedDynServer
+    from fedflex.strategies.scaffold import ScaffoldServer
 
     options = LocalRuleConfig(name=rule)
     if rule == "feddyn":
@@ -57,7 +57,7 @@ def server_half(rule: str, n: int):
 
 def replies(rule: str, k: int, g, rng):
     from fedflex import keys
-    from strategies.parts import ClientUpdate
+    from fedflex.strategies.parts import ClientUpdate
 
     out = []
     for i in range(k):

@@ -76,11 +76,11 @@ class Ctx:
 
 
 def make_sampler(name: str, n: int, ward: str, rounds: int):
-    from strategies.basic import UniformSampler
-    from strategies.clustered import ClusteredSampler
-    from strategies.divfl import DivFLSampler
-    from strategies.fedcor import FedCorSampler
-    from strategies.hics import HiCSSampler
+    from fedflex.strategies.basic import UniformSampler
+    from fedflex.strategies.clustered import ClusteredSampler
+    from fedflex.strategies.divfl import DivFLSampler
+    from fedflex.strategies.fedcor import FedCorSampler
+    from fedflex.strategies.hics import HiCSSampler
 
     if name == "uniform":
         return UniformSampler(seed=0)
@@ -96,7 +96,7 @@ def make_sampler(name: str, n: int, ward: str, rounds: int):
 
 
 def fake_update(client: int, rng: np.random.Generator, global_arrays):
-    from strategies.parts import ClientUpdate
+    from fedflex.strategies.parts import ClientUpdate
 
     arrays = OrderedDict()
     labels = rng.dirichlet(np.full(10, 0.1))

@@ -62,10 +62,10 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from clients.common import RuleInput, RuleOutput
-from clients.scaffold import scaffold_finish, scaffold_variates
-from clients.train import TrainResult, batch_order, make_optimizer
 from fedflex import keys
+from fedflex.clients.common import RuleInput, RuleOutput
+from fedflex.clients.scaffold import scaffold_finish, scaffold_variates
+from fedflex.clients.train import TrainResult, batch_order, make_optimizer
 from fedflex.losses import get_loss
 
 logger = logging.getLogger(__name__)

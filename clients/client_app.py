@@ -14,9 +14,9 @@ import logging
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from clients.cohort_app import train_packed
-from clients.node import load_global, node_task, partition_id, train_one
 from fedflex import keys
+from fedflex.clients.cohort_app import train_packed
+from fedflex.clients.node import load_global, node_task, partition_id, train_one
 from fedflex.evaluation import evaluate
 
 logger = logging.getLogger(__name__)

@@ -47,7 +47,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from clients.train import StepTerms, TrainResult, TrainSettings, batch_order
+from fedflex.clients.train import StepTerms, TrainResult, TrainSettings, batch_order
 from fedflex.data import ArrayDataset
 from fedflex.losses import get_loss
 

@@ -36,8 +36,9 @@ from typing import Callable, Optional, Sequence
 import torch
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 
-from clients.cohort import CohortClient, cohort_chunk_size, train_cohort, unsupported_reason
-from clients.node import (
+from fedflex import keys
+from fedflex.clients.cohort import CohortClient, cohort_chunk_size, train_cohort, unsupported_reason
+from fedflex.clients.node import (
     build_reply,
     load_global,
     node_task,
@@ -48,10 +49,9 @@ from clients.node import (
     settings_from_config,
     train_one,
 )
-from clients.rules import RULE_STEPS
-from clients.runtime import Task
-from clients.train import TrainSettings, local_train, num_steps
-from fedflex import keys
+from fedflex.clients.rules import RULE_STEPS
+from fedflex.clients.runtime import Task
+from fedflex.clients.train import TrainSettings, local_train, num_steps
 from fedflex.messages import client_record, error_reply, state_record
 
 logger = logging.getLogger(__name__)

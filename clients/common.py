@@ -17,7 +17,7 @@ import torch
 from flwr.app import RecordDict
 from torch import nn
 
-from clients.train import StepTerms, TrainResult, TrainSettings, local_train
+from fedflex.clients.train import StepTerms, TrainResult, TrainSettings, local_train
 from fedflex.config import LocalRuleConfig
 from fedflex.data import ArrayDataset
 

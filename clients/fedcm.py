@@ -17,9 +17,9 @@ decay, when set, is added by the optimiser unscaled.
 
 from __future__ import annotations
 
-from clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps
-from clients.train import StepTerms, TrainResult
 from fedflex import keys
+from fedflex.clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps
+from fedflex.clients.train import StepTerms, TrainResult
 
 
 def _start(inp: RuleInput, x: Params) -> RuleStart:

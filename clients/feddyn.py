@@ -27,9 +27,9 @@ from collections import OrderedDict
 import torch
 from flwr.app import ArrayRecord
 
-from clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps, load_state
-from clients.train import StepTerms, TrainResult
 from fedflex import keys
+from fedflex.clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps, load_state
+from fedflex.clients.train import StepTerms, TrainResult
 
 
 def _start(inp: RuleInput, x: Params) -> RuleStart:

@@ -27,9 +27,9 @@ from collections import OrderedDict
 
 import torch
 
-from clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps
-from clients.train import TrainResult
 from fedflex import keys
+from fedflex.clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps
+from fedflex.clients.train import TrainResult
 
 logger = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from typing import Optional
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from clients.rules import LOCAL_RULES, RuleInput, RuleOutput
-from clients.runtime import Task, get_task
-from clients.train import TrainSettings, drawn_settings
 from fedflex import keys
+from fedflex.clients.rules import LOCAL_RULES, RuleInput, RuleOutput
+from fedflex.clients.runtime import Task, get_task
+from fedflex.clients.train import TrainSettings, drawn_settings
 from fedflex.config import ClientConfig, LocalRuleConfig
 from fedflex.records import from_record
 

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 from typing import Callable
 
-from clients.bherd import bherd_rule, grab_rule
-from clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps, load_state
-from clients.fedcm import FEDCM
-from clients.feddyn import FEDDYN
-from clients.fednova import FEDNOVA
-from clients.scaffold import SCAFFOLD
-from clients.train import StepTerms, TrainResult
+from fedflex.clients.bherd import bherd_rule, grab_rule
+from fedflex.clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps, load_state
+from fedflex.clients.fedcm import FEDCM
+from fedflex.clients.feddyn import FEDDYN
+from fedflex.clients.fednova import FEDNOVA
+from fedflex.clients.scaffold import SCAFFOLD
+from fedflex.clients.train import StepTerms, TrainResult
 
 __all__ = ["LOCAL_RULES", "RULE_STEPS", "RuleInput", "RuleOutput", "sgd_rule", "scaffold_rule", "load_state"]
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import torch
 from flwr.app import ArrayRecord
 
-from clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps, load_state
-from clients.fednova import fednova_a_norm
-from clients.train import StepTerms, TrainResult
 from fedflex import keys
+from fedflex.clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps, load_state
+from fedflex.clients.fednova import fednova_a_norm
+from fedflex.clients.train import StepTerms, TrainResult
 
 
 @dataclass

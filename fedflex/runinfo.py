@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 
 RUN_LOG = "run.log"
 # the loggers of a run: fedflex's packages and Flower's
-RUN_LOGGERS = ("fedflex", "strategies", "clients", "flwr")
+RUN_LOGGERS = ("fedflex", "flwr")  # fedflex.strategies and fedflex.clients included
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 GIT_TIMEOUT_S = 3.0
 

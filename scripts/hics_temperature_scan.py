@@ -33,7 +33,7 @@ from fedflex.config import load_scenario  # noqa: E402
 from fedflex.data import load_dataset  # noqa: E402
 from fedflex.models import build_model, output_bias_key  # noqa: E402
 from fedflex.partition import partition_data  # noqa: E402
-from strategies.hics import entropy, scaled_update, softmax  # noqa: E402
+from fedflex.strategies.hics import entropy, scaled_update, softmax  # noqa: E402
 
 
 def local_update(model, start, x, y, c, order, key, steps_out: list) -> np.ndarray:

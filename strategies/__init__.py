@@ -2,8 +2,8 @@
 Flower strategies (:mod:`strategies.named`), importable from here:
 ``from strategies import HiCSFL``."""
 
-from strategies.fedflex import FedFlex
-from strategies.named import (
+from fedflex.strategies.fedflex import FedFlex
+from fedflex.strategies.named import (
     AWARE,
     SCAFFOLD,
     BHerd,

@@ -13,7 +13,7 @@ import numpy as np
 
 from fedflex import keys
 from fedflex.arrays import is_float
-from strategies.parts import Aggregator, Arrays, ClientUpdate, Initializer, PartWrapper, Sampler
+from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate, Initializer, PartWrapper, Sampler
 
 
 def query_losses(ctx: Any, server_round: int, clients: np.ndarray, sizes: dict[int, int]) -> dict[int, float]:

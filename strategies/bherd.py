@@ -38,8 +38,8 @@ from flwr.common import log
 
 from fedflex import keys
 from fedflex.arrays import is_float
-from strategies.basic import weighted_average
-from strategies.parts import Aggregator, Arrays, ClientUpdate
+from fedflex.strategies.basic import weighted_average
+from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate
 
 DIVISORS = ("alpha", "reported", "fednova")
 #: warn when the median relative gap between the herded and the full mean gradient

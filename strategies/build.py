@@ -16,24 +16,24 @@ from flwr.common import log
 
 from fedflex.churn import Availability, SessionTracker
 from fedflex.config import ROBUST_AGGREGATORS, ConfigError, ScenarioConfig
-from strategies.basic import ExploreFirstSampler, FedAvgAggregator, PreviousInitializer, UniformSampler
-from strategies.bherd import BHerdAggregator
-from strategies.clustered import ClusteredSampler
-from strategies.divfl import DivFLSampler
-from strategies.fedaware import AWARE_BASES, make_fedaware, with_aware
-from strategies.fedcm import FedCMServer
-from strategies.fedcor import FedCorSampler
-from strategies.feddyn import FedDynServer
-from strategies.fedflex import FedFlex
-from strategies.fednova import FedNovaServer
-from strategies.hics import hics_from_config
-from strategies.optimizers import FedAdagrad, FedAdam, FedAMS, FedAvgM, FedYogi
-from strategies.parts import Aggregator, Initializer, Sampler, ServerRule
-from strategies.powd import PowDSampler
-from strategies.replies import MB, ReplyLimits
-from strategies.robust import BulyanAggregator, KrumAggregator, MedianAggregator, TrimmedMeanAggregator
-from strategies.scaffold import ScaffoldServer
-from strategies.session_init import AverageInitializer, SessionAwareInitializer
+from fedflex.strategies.basic import ExploreFirstSampler, FedAvgAggregator, PreviousInitializer, UniformSampler
+from fedflex.strategies.bherd import BHerdAggregator
+from fedflex.strategies.clustered import ClusteredSampler
+from fedflex.strategies.divfl import DivFLSampler
+from fedflex.strategies.fedaware import AWARE_BASES, make_fedaware, with_aware
+from fedflex.strategies.fedcm import FedCMServer
+from fedflex.strategies.fedcor import FedCorSampler
+from fedflex.strategies.feddyn import FedDynServer
+from fedflex.strategies.fedflex import FedFlex
+from fedflex.strategies.fednova import FedNovaServer
+from fedflex.strategies.hics import hics_from_config
+from fedflex.strategies.optimizers import FedAdagrad, FedAdam, FedAMS, FedAvgM, FedYogi
+from fedflex.strategies.parts import Aggregator, Initializer, Sampler, ServerRule
+from fedflex.strategies.powd import PowDSampler
+from fedflex.strategies.replies import MB, ReplyLimits
+from fedflex.strategies.robust import BulyanAggregator, KrumAggregator, MedianAggregator, TrimmedMeanAggregator
+from fedflex.strategies.scaffold import ScaffoldServer
+from fedflex.strategies.session_init import AverageInitializer, SessionAwareInitializer
 
 
 @dataclass(frozen=True)

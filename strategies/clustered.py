@@ -46,8 +46,8 @@ import numpy as np
 from flwr.common import log
 
 from fedflex.arrays import flatten
-from strategies.basic import explore_first
-from strategies.clustering import (
+from fedflex.strategies.basic import explore_first
+from fedflex.strategies.clustering import (
     algorithm2_distributions,
     angle_matrix,
     data_shares,
@@ -55,7 +55,7 @@ from strategies.clustering import (
     unit_rows,
     ward_tree,
 )
-from strategies.parts import Arrays, ClientUpdate, Sampler
+from fedflex.strategies.parts import Arrays, ClientUpdate, Sampler
 
 
 # ---------------------------------------------------------------------------- sketch

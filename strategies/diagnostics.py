@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from fedflex.arrays import is_float
-from strategies.parts import Arrays
+from fedflex.strategies.parts import Arrays
 
 
 def e_lud(global_arrays: Arrays, client_arrays: Sequence[Arrays]) -> Optional[float]:

@@ -55,9 +55,9 @@ import numpy as np
 from flwr.common import log
 
 from fedflex.arrays import flatten
-from strategies.basic import explore_first
-from strategies.clustered import CountSketch
-from strategies.parts import Arrays, ClientUpdate, Sampler
+from fedflex.strategies.basic import explore_first
+from fedflex.strategies.clustered import CountSketch
+from fedflex.strategies.parts import Arrays, ClientUpdate, Sampler
 
 #: where the update proxies come from
 PROXIES = ("stale", "ideal")

@@ -48,8 +48,8 @@ import numpy as np
 from flwr.common import log
 
 from fedflex.arrays import flatten, is_float
-from strategies.basic import FedAvgAggregator
-from strategies.parts import Aggregator, Arrays, ClientUpdate, PartWrapper
+from fedflex.strategies.basic import FedAvgAggregator
+from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate, PartWrapper
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedflex.config import ScenarioConfig

@@ -25,7 +25,7 @@ import numpy as np
 from fedflex import keys
 from fedflex.arrays import is_float
 from fedflex.config import LocalRuleConfig
-from strategies.parts import Arrays, ClientUpdate, ModelStateRule
+from fedflex.strategies.parts import Arrays, ClientUpdate, ModelStateRule
 
 
 def fedcm_delta(updates: list[Arrays], steps: list[int], start: Arrays, lr: float) -> Arrays:

@@ -26,7 +26,7 @@ import numpy as np
 
 from fedflex.arrays import is_float
 from fedflex.config import LocalRuleConfig
-from strategies.parts import Arrays, ClientUpdate, ModelStateRule
+from fedflex.strategies.parts import Arrays, ClientUpdate, ModelStateRule
 
 
 def feddyn_h(h: Arrays, updates: list[Arrays], start: Arrays, alpha: float, num_clients: int) -> Arrays:

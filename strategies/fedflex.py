@@ -41,11 +41,11 @@ from fedflex import keys
 from fedflex.arrays import numpy_to_record, record_to_numpy
 from fedflex.churn import Availability, SessionTracker
 from fedflex.records import record_key
-from strategies.diagnostics import e_lud
-from strategies.nodes import NodeDirectory
-from strategies.parts import Aggregator, ClientUpdate, Initializer, Part, Sampler, ServerRule
-from strategies.replies import NONFINITE, ReplyLimits, check_reply, num_examples_problem
-from strategies.robust import clip_update
+from fedflex.strategies.diagnostics import e_lud
+from fedflex.strategies.nodes import NodeDirectory
+from fedflex.strategies.parts import Aggregator, ClientUpdate, Initializer, Part, Sampler, ServerRule
+from fedflex.strategies.replies import NONFINITE, ReplyLimits, check_reply, num_examples_problem
+from fedflex.strategies.robust import clip_update
 
 #: the loss metric of Flower's quickstart evaluate replies (fedflex's is ``eval-loss``)
 FLOWER_EVAL_LOSS = "eval_loss"

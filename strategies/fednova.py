@@ -27,7 +27,7 @@ import numpy as np
 from fedflex import keys
 from fedflex.arrays import is_float
 from fedflex.config import LocalRuleConfig
-from strategies.parts import Arrays, ClientUpdate, ServerRule
+from fedflex.strategies.parts import Arrays, ClientUpdate, ServerRule
 
 
 def fednova_tau_eff(a_norms: np.ndarray, weights: np.ndarray) -> float:

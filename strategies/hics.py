@@ -82,8 +82,8 @@ from flwr.common import log
 
 from fedflex import keys
 from fedflex.config import HICS_ESTIMATES, HICS_REFRESH
-from strategies.basic import explore_first
-from strategies.clustering import (
+from fedflex.strategies.basic import explore_first
+from fedflex.strategies.clustering import (
     algorithm2_distributions,
     angle_matrix,
     data_shares,
@@ -93,7 +93,7 @@ from strategies.clustering import (
     ward_labels,
     ward_tree,
 )
-from strategies.parts import Arrays, ClientUpdate, Sampler
+from fedflex.strategies.parts import Arrays, ClientUpdate, Sampler
 
 #: ``variant="authors"``: the entropy rule runs only below this variance of the estimates
 AUTHORS_VARIANCE_THRESHOLD = 0.1

@@ -40,9 +40,9 @@ from fedflex.config import (
     ScenarioConfig,
     load_scenario,
 )
-from strategies.build import ModelInfo, build_parts
-from strategies.fedaware import AWARE_BASES
-from strategies.fedflex import FedFlex
+from fedflex.strategies.build import ModelInfo, build_parts
+from fedflex.strategies.fedaware import AWARE_BASES
+from fedflex.strategies.fedflex import FedFlex
 
 #: the option classes of the four parts (scenario section ``strategy.<part>``)
 PART_OPTIONS: dict[str, type] = {

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 
 from fedflex.arrays import is_float
-from strategies.basic import weighted_average
-from strategies.parts import Aggregator, Arrays, ClientUpdate
+from fedflex.strategies.basic import weighted_average
+from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate
 
 
 class ServerOptimizer(Aggregator):

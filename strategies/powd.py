@@ -23,9 +23,9 @@ from typing import Any, Optional
 import numpy as np
 from flwr.common import log
 
-from strategies.basic import query_losses
-from strategies.clustering import data_shares
-from strategies.parts import Arrays, ClientUpdate, Sampler
+from fedflex.strategies.basic import query_losses
+from fedflex.strategies.clustering import data_shares
+from fedflex.strategies.parts import Arrays, ClientUpdate, Sampler
 
 
 def highest_loss(candidates: np.ndarray, losses: dict[int, float], num: int) -> np.ndarray:

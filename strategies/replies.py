@@ -29,7 +29,7 @@ import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
 from fedflex import keys
-from strategies.parts import ClientUpdate
+from fedflex.strategies.parts import ClientUpdate
 
 NONFINITE = "has NaN or Inf values"  # the reason's ending for non-finite values (divergence detection)
 MB = 2**20

@@ -44,7 +44,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from fedflex import keys
 from fedflex.arrays import is_float, numpy_to_record, record_to_numpy
-from strategies.parts import Aggregator, Arrays, ClientUpdate
+from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate
 
 
 def clip_update(arrays: Arrays, global_arrays: Arrays, max_norm: float) -> tuple[Arrays, float]:

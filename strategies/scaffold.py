@@ -19,7 +19,7 @@ import numpy as np
 from fedflex import keys
 from fedflex.arrays import is_float
 from fedflex.config import LocalRuleConfig
-from strategies.parts import Arrays, ClientUpdate, ModelStateRule
+from fedflex.strategies.parts import Arrays, ClientUpdate, ModelStateRule
 
 
 class ScaffoldServer(ModelStateRule):

@@ -56,11 +56,19 @@ from fedflex.results import (
 from fedflex.rundir import RunDirError, RunDirLock
 from fedflex.runinfo import provenance, run_log
 from fedflex.statefile import StateFileError, read_state, write_state
+from fedflex.strategies.build import ModelInfo, build_strategy
+from fedflex.strategies.fedflex import RunFailedError
+from fedflex.strategies.nodes import simulated_node_count
+from fedflex.strategies.observers import (
+    Checkpointer,
+    EachRound,
+    RowWriter,
+    RunClock,
+    StopRules,
+    TestSetEvaluation,
+    Tracking,
+)
 from fedflex.tracking import open_trackers
-from strategies.build import ModelInfo, build_strategy
-from strategies.fedflex import RunFailedError
-from strategies.nodes import simulated_node_count
-from strategies.observers import Checkpointer, EachRound, RowWriter, RunClock, StopRules, TestSetEvaluation, Tracking
 
 logger = logging.getLogger(__name__)
 

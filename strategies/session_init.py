@@ -35,9 +35,9 @@ from flwr.common import log
 
 from fedflex.arrays import flatten, is_float
 from fedflex.config import SESSION_DISTANCES
-from strategies.basic import weighted_average
-from strategies.clustering import unit_rows
-from strategies.parts import Arrays, Initializer
+from fedflex.strategies.basic import weighted_average
+from fedflex.strategies.clustering import unit_rows
+from fedflex.strategies.parts import Arrays, Initializer
 
 
 def softmin_weights(distances: np.ndarray, scale: float) -> np.ndarray:

@@ -142,7 +142,7 @@ def _run(args: argparse.Namespace) -> int:
         return _fail("run needs a SCENARIO file (or --resume DIR)")
     try:
         cfg = load_scenario(args.scenario, args.overrides)
-        from strategies.build import check_parts  # the CLI wires both sides
+        from fedflex.strategies.build import check_parts  # the CLI wires both sides
 
         check_parts(cfg)
     except ConfigError as exc:
@@ -241,7 +241,7 @@ def _resume(args: argparse.Namespace) -> int:
         return _fail(
             "--resume DIR takes no scenario, overrides or --out: the run continues as configured in DIR/config.yaml"
         )
-    from strategies.server_app import RunConfigError, resume_point
+    from fedflex.strategies.server_app import RunConfigError, resume_point
 
     try:
         resume_point(out, option="--resume ")  # a run directory, before the lock file goes there

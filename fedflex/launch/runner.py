@@ -145,7 +145,7 @@ def run(
     ``"status": "failed"`` and the reason as ``failure``. Without ``out_dir`` it raises
     :class:`strategies.fedflex.RunFailedError`.
     """
-    from strategies.fedflex import RunFailedError
+    from fedflex.strategies.fedflex import RunFailedError
 
     try:
         _run(cfg, out_dir, verbose, resume, recorder)
@@ -159,19 +159,19 @@ def _run(
 ) -> None:
     from flwr.simulation import run_simulation
 
-    from clients.client_app import app as client_app
-    from strategies.server_app import make_server_app
+    from fedflex.clients.client_app import app as client_app
+    from fedflex.strategies.server_app import make_server_app
 
     data = load_dataset(cfg.dataset, cfg.num_clients, cfg.seed)  # fails early, before Ray starts
     check_data_fits(cfg, data)
     quiet_flower(verbose)
     if cfg.simulation.backend == "local":
-        from clients.cohort_app import CohortTrainer
+        from fedflex.clients.cohort_app import CohortTrainer
         from fedflex.launch.local_grid import LocalGrid
-        from strategies.server_app import run_server
+        from fedflex.strategies.server_app import run_server
 
         cohorts = CohortTrainer(cfg.simulation.vectorize, cfg.simulation.cohort_size)
-        logging.getLogger("clients.cohort_app").setLevel(logging.INFO)  # say how clients train
+        logging.getLogger("fedflex.clients.cohort_app").setLevel(logging.INFO)  # say how clients train
         grid = LocalGrid(client_app, cfg.num_clients, seed=cfg.seed, train_batch=cohorts)
         run_server(grid, cfg, out_dir, data, resume=resume, recorder=recorder)
         return

@@ -120,7 +120,7 @@ def _sweep(args: argparse.Namespace) -> int:
             seeds = sw.parse_seeds(args.seeds) if args.seeds else None
             variants = {}
         sweep = sw.plan(Path(scenario), overrides, grid, seeds, Path(out), jobs, variants)
-        from strategies.build import check_parts  # the CLI wires both sides
+        from fedflex.strategies.build import check_parts  # the CLI wires both sides
 
         for member in sweep.members:
             try:

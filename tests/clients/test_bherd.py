@@ -18,8 +18,9 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
 from torch import nn
 
-import clients.runtime as runtime
-from clients.bherd import (
+import fedflex.clients.runtime as runtime
+from fedflex import keys
+from fedflex.clients.bherd import (
     GradientStore,
     bherd_rule,
     block_sizes,
@@ -29,16 +30,15 @@ from clients.bherd import (
     herd_select,
     herd_select_naive,
 )
-from clients.client_app import app as client_app
-from clients.common import RuleInput
-from clients.fednova import fednova_a_norm, fednova_rule
-from clients.train import TrainSettings
-from fedflex import keys
+from fedflex.clients.client_app import app as client_app
+from fedflex.clients.common import RuleInput
+from fedflex.clients.fednova import fednova_a_norm, fednova_rule
+from fedflex.clients.train import TrainSettings
 from fedflex.config import LocalRuleConfig, load_scenario
 from fedflex.data import ArrayDataset
 from fedflex.launch.local_grid import LocalGrid
-from strategies.parts import ServerRule
-from strategies.server_app import run_server, train_config
+from fedflex.strategies.parts import ServerRule
+from fedflex.strategies.server_app import run_server, train_config
 
 # the greedy example worked out on paper: mean (2, 1), centred c1 = (2, 0), c2 = (-1, 2),
 # c3 = (-2, -1), c4 = (1, -1); ||c||^2 = 4, 5, 5, 2 -> pick c4, s = (1, -1);
@@ -329,7 +329,7 @@ def test_svm_with_squared_hinge_trains_through_the_client_app(tmp_path):
 def test_local_train_uses_the_loss_the_settings_name():
     # f = w x + b = 0 at x = 1, label 1 -> y = +1: loss (1 - 0)^2 = 1, dL/df = -2, so
     # w and b move by lr * 2 = 0.2
-    from clients.train import local_train
+    from fedflex.clients.train import local_train
 
     model = nn.Linear(1, 1)
     nn.init.zeros_(model.weight)

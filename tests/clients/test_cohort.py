@@ -15,19 +15,19 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 
-import clients.runtime as runtime
-from clients.client_app import app as client_app
-from clients.cohort import CohortClient, train_cohort, unsupported_reason
-from clients.cohort_app import CohortTrainer
-from clients.train import StepTerms, TrainSettings, local_train
+import fedflex.clients.runtime as runtime
 from fedflex import keys
+from fedflex.clients.client_app import app as client_app
+from fedflex.clients.cohort import CohortClient, train_cohort, unsupported_reason
+from fedflex.clients.cohort_app import CohortTrainer
+from fedflex.clients.train import StepTerms, TrainSettings, local_train
 from fedflex.config import ConfigError, ModelConfig, load_scenario
 from fedflex.data import ArrayDataset
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.models import build_model
 from fedflex.results import read_metrics
-from strategies.parts import ServerRule
-from strategies.server_app import run_server, train_config
+from fedflex.strategies.parts import ServerRule
+from fedflex.strategies.server_app import run_server, train_config
 
 TOL_PARAM = 2e-5
 TOL_LOSS = 1e-5
@@ -194,7 +194,7 @@ BASE = [
 
 def _train_messages(cfg, grid, rule_payload=None):
     """One round's train messages as the strategy builds them: one shared content."""
-    from strategies.server_app import initial_model
+    from fedflex.strategies.server_app import initial_model
 
     task = runtime.get_task(str(train_config(cfg)[keys.TASK]))
     model = initial_model(cfg, task.train.input_shape, task.train.num_classes)
@@ -269,7 +269,7 @@ def test_herding_rules_train_one_client_at_a_time(caplog):
     cfg = load_scenario(None, BASE + ["strategy.local_rule.name=grab", "strategy.aggregator.name=fedavg"])
     grid = LocalGrid(client_app, cfg.num_clients, seed=1, train_batch=CohortTrainer("on"))
     _, messages = _train_messages(cfg, grid)
-    with caplog.at_level("INFO", logger="clients.cohort_app"):
+    with caplog.at_level("INFO", logger="fedflex.clients.cohort_app"):
         replies = grid.send_and_receive(messages)
     assert grid.train_batch.last_mode == "sequential"
     assert len(replies) == cfg.num_clients and not any(r.has_error() for r in replies)
@@ -296,7 +296,7 @@ def test_auto_picks_one_way_says_which_and_keeps_it(caplog):
     trainer = CohortTrainer("auto")
     grid = LocalGrid(client_app, cfg.num_clients, seed=1, train_batch=trainer)
     _, messages = _train_messages(cfg, grid)
-    with caplog.at_level("INFO", logger="clients.cohort_app"):
+    with caplog.at_level("INFO", logger="fedflex.clients.cohort_app"):
         grid.send_and_receive(messages)
         first = trainer.last_mode
         _, messages = _train_messages(cfg, grid)

@@ -12,11 +12,11 @@ import torch
 from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
-from clients.common import RuleInput
-from clients.fedcm import FEDCM
-from clients.feddyn import FEDDYN
-from clients.train import TrainSettings
 from fedflex import keys
+from fedflex.clients.common import RuleInput
+from fedflex.clients.fedcm import FEDCM
+from fedflex.clients.feddyn import FEDDYN
+from fedflex.clients.train import TrainSettings
 from fedflex.config import LocalRuleConfig
 from fedflex.data import ArrayDataset
 

@@ -12,17 +12,17 @@ import math
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 
-import clients.runtime as runtime
-from clients.client_app import app as client_app
-from clients.cohort_app import CohortTrainer
-from clients.train import TrainSettings, drawn_settings
+import fedflex.clients.runtime as runtime
 from fedflex import keys
+from fedflex.clients.client_app import app as client_app
+from fedflex.clients.cohort_app import CohortTrainer
+from fedflex.clients.train import TrainSettings, drawn_settings
 from fedflex.config import ClientConfig, ConfigError, load_scenario
 from fedflex.launch.cli import main
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.records import from_record, to_record
-from strategies.parts import ServerRule
-from strategies.server_app import train_config
+from fedflex.strategies.parts import ServerRule
+from fedflex.strategies.server_app import train_config
 
 QUICKSTART = "scenarios/quickstart.yaml"
 AUTHORS = (2, 5)  # the authors' epochs: np.random.randint(2, 5 + 1)
@@ -216,7 +216,7 @@ def test_cohorts_fall_back_to_one_by_one_with_the_same_replies(caplog):
     cfg = load_scenario(None, BASE + DRAWS)
     _, plain = _replies(cfg)
     trainer = CohortTrainer("on")
-    with caplog.at_level("INFO", logger="clients.cohort_app"):
+    with caplog.at_level("INFO", logger="fedflex.clients.cohort_app"):
         _, cohort = _replies(cfg, trainer)
     assert trainer.last_mode == "sequential"
     assert "drew different epochs / batch sizes" in caplog.text and "one client at a time" in caplog.text

@@ -7,9 +7,9 @@ import torch
 from flwr.app import RecordDict
 from torch import nn
 
-from clients.rules import RuleInput, scaffold_rule
-from clients.train import TrainSettings
 from fedflex import keys
+from fedflex.clients.rules import RuleInput, scaffold_rule
+from fedflex.clients.train import TrainSettings
 from fedflex.data import ArrayDataset
 
 

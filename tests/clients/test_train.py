@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from clients.train import StepTerms, TrainSettings, batch_order, local_train
+from fedflex.clients.train import StepTerms, TrainSettings, batch_order, local_train
 from fedflex.data import ArrayDataset
 from fedflex.evaluation import evaluate
 
@@ -125,7 +125,7 @@ def test_kept_momentum_carries_over_to_the_next_round(keep, expected):
 def test_kept_state_of_another_model_is_ignored():
     from flwr.app import ArrayRecord, RecordDict
 
-    from clients.train import OPTIMIZER_STATE
+    from fedflex.clients.train import OPTIMIZER_STATE
 
     state = RecordDict({OPTIMIZER_STATE: ArrayRecord({"bias|momentum_buffer": torch.ones(5)})})  # wrong shape
     model = _zero_logreg()

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from fedflex.config import load_scenario
+from fedflex.strategies.build import check_parts
 from fedflex.study.reference import label_parts
 from fedflex.study.runs import flatten
 from fedflex.study.sweep import plan, read_study
-from strategies.build import check_parts
 
 STUDIES = sorted((Path(__file__).parents[2] / "scenarios" / "studies").glob("*.yaml"))
 

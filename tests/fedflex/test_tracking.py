@@ -12,8 +12,8 @@ import pytest
 
 from fedflex.config import ConfigError, load_scenario
 from fedflex.launch.cli import main
+from fedflex.strategies.observers import Tracking
 from fedflex.tracking import flatten, numeric, row_scalars
-from strategies.observers import Tracking
 
 ROOT = Path(__file__).parents[2]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"

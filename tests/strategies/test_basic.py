@@ -7,9 +7,9 @@ import pytest
 from flwr.app import MetricRecord, RecordDict
 
 from fedflex.arrays import flatten, numpy_to_record, record_to_numpy, unflatten
-from strategies.basic import FedAvgAggregator, UniformSampler, weighted_average
-from strategies.parts import ClientUpdate
-from strategies.replies import check_reply
+from fedflex.strategies.basic import FedAvgAggregator, UniformSampler, weighted_average
+from fedflex.strategies.parts import ClientUpdate
+from fedflex.strategies.replies import check_reply
 
 
 def _model(w, b, counter=0):

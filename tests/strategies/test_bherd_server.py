@@ -10,12 +10,12 @@ import pytest
 
 from fedflex import keys
 from fedflex.config import ConfigError, load_scenario
-from strategies.basic import FedAvgAggregator
-from strategies.bherd import BHerdAggregator, bherd_coefficients
-from strategies.build import build_strategy, check_parts
-from strategies.fednova import FedNovaServer, fednova_step
-from strategies.parts import ClientUpdate
-from strategies.scaffold import ScaffoldServer
+from fedflex.strategies.basic import FedAvgAggregator
+from fedflex.strategies.bherd import BHerdAggregator, bherd_coefficients
+from fedflex.strategies.build import build_strategy, check_parts
+from fedflex.strategies.fednova import FedNovaServer, fednova_step
+from fedflex.strategies.parts import ClientUpdate
+from fedflex.strategies.scaffold import ScaffoldServer
 
 
 def _arrays(*values):

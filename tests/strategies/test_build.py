@@ -8,12 +8,12 @@ from collections import OrderedDict
 import pytest
 from flwr.app import ConfigRecord
 
-from clients.node import rule_options
-from clients.rules import LOCAL_RULES as CLIENT_RULES
-from clients.rules import SGD
 from fedflex import config
+from fedflex.clients.node import rule_options
+from fedflex.clients.rules import LOCAL_RULES as CLIENT_RULES
+from fedflex.clients.rules import SGD
 from fedflex.config import load_scenario
-from strategies.build import AGGREGATORS, INITIALIZERS, SAMPLERS, SERVER_RULES, build_strategy
+from fedflex.strategies.build import AGGREGATORS, INITIALIZERS, SAMPLERS, SERVER_RULES, build_strategy
 
 BASE = ["num_clients=4", "dataset.samples_per_client=20", "churn.kind=none", "output.progress=off"]
 

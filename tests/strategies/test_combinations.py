@@ -9,8 +9,8 @@ import itertools
 
 import pytest
 
-import clients.runtime as runtime
-from clients.client_app import app as client_app
+import fedflex.clients.runtime as runtime
+from fedflex.clients.client_app import app as client_app
 from fedflex.config import (
     INITIALIZERS,
     LOCAL_RULES,
@@ -22,8 +22,8 @@ from fedflex.config import (
 )
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.results import read_metrics
-from strategies.build import check_parts
-from strategies.server_app import run_server
+from fedflex.strategies.build import check_parts
+from fedflex.strategies.server_app import run_server
 
 # 2 rounds, a new session each round: round 2 is a session start after the pilot
 # session, so session-aware runs its gradient round there

@@ -6,14 +6,14 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-import clients.runtime as runtime
-from clients.client_app import app as client_app
+import fedflex.clients.runtime as runtime
+from fedflex.clients.client_app import app as client_app
 from fedflex.config import ConfigError, load_scenario
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.results import read_metrics
-from strategies.divfl import DivFLSampler, greedy_facility_location, pairwise_distances
-from strategies.parts import ClientUpdate
-from strategies.server_app import run_server
+from fedflex.strategies.divfl import DivFLSampler, greedy_facility_location, pairwise_distances
+from fedflex.strategies.parts import ClientUpdate
+from fedflex.strategies.server_app import run_server
 
 # clients on a line at 0, 1, 10, 11, 12 (one-number updates)
 LINE = [0.0, 1.0, 10.0, 11.0, 12.0]

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from clients.client_app import app as client_app
+from fedflex.clients.client_app import app as client_app
 from fedflex.config import ConfigError, load_scenario
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.results import read_metrics
-from strategies.basic import ExploreFirstSampler, FedAvgAggregator, UniformSampler
-from strategies.build import build_strategy, check_parts
-from strategies.diagnostics import e_lud
-from strategies.fedaware import (
+from fedflex.strategies.basic import ExploreFirstSampler, FedAvgAggregator, UniformSampler
+from fedflex.strategies.build import build_strategy, check_parts
+from fedflex.strategies.diagnostics import e_lud
+from fedflex.strategies.fedaware import (
     AwareCore,
     AwarePlugin,
     FedAwareAggregator,
@@ -28,9 +28,9 @@ from strategies.fedaware import (
     projection_coefficient,
     two_point,
 )
-from strategies.optimizers import FedAvgM
-from strategies.parts import ClientUpdate
-from strategies.server_app import run_server
+from fedflex.strategies.optimizers import FedAvgM
+from fedflex.strategies.parts import ClientUpdate
+from fedflex.strategies.server_app import run_server
 
 SQRT3 = math.sqrt(3.0)
 
@@ -379,7 +379,7 @@ def test_checkpointed_state_continues_identically():
 
 def test_explore_first_is_wired_from_the_config():
     from fedflex.config import load_scenario
-    from strategies.build import build_strategy
+    from fedflex.strategies.build import build_strategy
 
     cfg = load_scenario(
         None, ["strategy.sampler.explore_first=true", "num_clients=6", "strategy.sampler.clients_per_round=2"]

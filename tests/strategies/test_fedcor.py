@@ -8,7 +8,7 @@ import pytest
 
 from fedflex import keys
 from fedflex.config import ConfigError, load_scenario
-from strategies.fedcor import FedCorSampler, fit_ppca, greedy_loss_reduction
+from fedflex.strategies.fedcor import FedCorSampler, fit_ppca, greedy_loss_reduction
 
 
 def test_ppca_reproduces_a_covariance_with_one_direction_and_noise():

@@ -9,9 +9,9 @@ import pytest
 
 from fedflex import keys
 from fedflex.config import LocalRuleConfig
-from strategies.fedcm import FedCMServer, fedcm_delta
-from strategies.feddyn import FedDynServer, feddyn_h
-from strategies.parts import ClientUpdate
+from fedflex.strategies.fedcm import FedCMServer, fedcm_delta
+from fedflex.strategies.feddyn import FedDynServer, feddyn_h
+from fedflex.strategies.parts import ClientUpdate
 
 
 def _arrays(w: float, count: int = 7) -> "OrderedDict[str, np.ndarray]":

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from flwr.app import Array
 
-import clients.runtime as runtime
-from clients.client_app import app as client_app
+import fedflex.clients.runtime as runtime
+from fedflex.clients.client_app import app as client_app
 from fedflex.config import load_scenario
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.results import read_metrics
-from strategies.fedflex import RunFailedError, TooFewClientsError
-from strategies.server_app import run_server
+from fedflex.strategies.fedflex import RunFailedError, TooFewClientsError
+from fedflex.strategies.server_app import run_server
 
 BASE = [
     "num_clients=6",
@@ -218,7 +218,7 @@ def test_node_with_partition_id_outside_the_scenario_is_ignored(tmp_path, caplog
 
 def test_parts_see_the_round_in_progress_while_they_aggregate(tmp_path, monkeypatch):
     # FedAWARE reads the strategy's record for the online set: it must be this round's
-    from strategies.basic import FedAvgAggregator
+    from fedflex.strategies.basic import FedAvgAggregator
 
     seen = []
     original = FedAvgAggregator.aggregate

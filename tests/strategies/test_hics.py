@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from strategies.clustered import ClusteredSampler, CountSketch
-from strategies.clustering import (
+from fedflex.strategies.clustered import ClusteredSampler, CountSketch
+from fedflex.strategies.clustering import (
     algorithm2_distributions,
     draw_distinct,
     draw_one_per_distribution,
@@ -18,7 +18,7 @@ from strategies.clustering import (
     ward_tree,
     weight_capped_clusters,
 )
-from strategies.hics import (
+from fedflex.strategies.hics import (
     HiCSSampler,
     client_probabilities,
     cluster_mean,
@@ -28,8 +28,8 @@ from strategies.hics import (
     hics_distance,
     scaled_update,
 )
-from strategies.parts import ClientUpdate
-from strategies.powd import PowDSampler, highest_loss
+from fedflex.strategies.parts import ClientUpdate
+from fedflex.strategies.powd import PowDSampler, highest_loss
 
 BIAS = "fc_out.bias"
 WEIGHT = "fc_out.weight"
@@ -650,11 +650,11 @@ def test_estimated_entropy_ranks_real_fmnist_clients_like_their_label_entropy():
 # ---------------------------------------------------------------------------- end to end
 @pytest.mark.parametrize("sampler", ["hics", "pow-d", "clustered"])
 def test_sampler_runs_three_rounds_through_the_real_client_app(tmp_path, isolated_cache, sampler):
-    from clients.client_app import app as client_app
+    from fedflex.clients.client_app import app as client_app
     from fedflex.config import load_scenario
     from fedflex.launch.local_grid import LocalGrid
     from fedflex.results import read_metrics
-    from strategies.server_app import run_server
+    from fedflex.strategies.server_app import run_server
 
     # Prepare: 6 clients, K = 2: hics warms up in rounds 1-3, pow-d queries every round
     cfg = load_scenario(
@@ -693,8 +693,8 @@ def test_sampler_runs_three_rounds_through_the_real_client_app(tmp_path, isolate
 
 def test_scenario_keys_reach_the_hics_sampler():
     from fedflex.config import load_scenario
-    from strategies.build import check_parts
-    from strategies.hics import hics_from_config
+    from fedflex.strategies.build import check_parts
+    from fedflex.strategies.hics import hics_from_config
 
     cfg = load_scenario(
         Path(__file__).resolve().parents[2] / "scenarios" / "hics_fmnist.yaml",
@@ -719,7 +719,7 @@ def test_scenario_keys_reach_the_hics_sampler():
 )
 def test_unset_temperature_takes_the_estimates_default(overrides, temperature):
     from fedflex.config import load_scenario
-    from strategies.hics import hics_from_config
+    from fedflex.strategies.hics import hics_from_config
 
     cfg = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "hics_fmnist.yaml", overrides)
     s = hics_from_config(cfg, "fc_out.bias")

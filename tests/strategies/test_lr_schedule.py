@@ -8,14 +8,14 @@ Scenario of the strategy tests: 6 clients, scripted sessions of 3 rounds ({0,1,2
 import numpy as np
 import pytest
 
-from clients.client_app import app as client_app
-from clients.cohort_app import CohortTrainer
 from fedflex import keys
+from fedflex.clients.client_app import app as client_app
+from fedflex.clients.cohort_app import CohortTrainer
 from fedflex.config import ClientConfig, ConfigError, load_scenario, warn_unused
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.records import record_key
 from fedflex.results import read_metrics
-from strategies.server_app import load_checkpoint, run_server, train_config
+from fedflex.strategies.server_app import load_checkpoint, run_server, train_config
 
 BASE = [
     "num_clients=6",

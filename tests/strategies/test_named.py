@@ -16,8 +16,8 @@ from flwr.serverapp.strategy import Strategy
 from fedflex.churn import ExplicitSessions
 from fedflex.config import ConfigError
 from fedflex.launch.local_grid import LocalGrid
-from strategies import named
-from strategies.fedflex import FedFlex
+from fedflex.strategies import named
+from fedflex.strategies.fedflex import FedFlex
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "flower-quickstart"
 
@@ -183,7 +183,7 @@ def test_options_and_their_defaults_come_from_the_config_classes():
 
 
 def test_fedflex_with_parts_keeps_flowers_fedavg_options():
-    from strategies.basic import FedAvgAggregator, PreviousInitializer, UniformSampler
+    from fedflex.strategies.basic import FedAvgAggregator, PreviousInitializer, UniformSampler
 
     strategy = FedFlex(
         sampler=UniformSampler(seed=0),

@@ -8,7 +8,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
 
-from strategies import named
+from fedflex.strategies import named
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "flower-quickstart"
 

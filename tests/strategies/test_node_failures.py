@@ -14,11 +14,11 @@ from flwr.server.superlink.linkstate.utils import (
     create_message_error_unavailable_res_message,
 )
 
-from clients.client_app import app as client_app
+from fedflex.clients.client_app import app as client_app
 from fedflex.config import load_scenario
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.results import read_metrics
-from strategies.server_app import run_server
+from fedflex.strategies.server_app import run_server
 
 KILLED, KILLED_IN = 3, 2
 

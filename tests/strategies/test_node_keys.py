@@ -19,7 +19,7 @@ from flwr.proto.node_pb2 import NodeInfo
 from fedflex import keys
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.node_keys import KeyBindingError, fingerprint, read_binding, write_binding
-from strategies.nodes import NodeDirectory
+from fedflex.strategies.nodes import NodeDirectory
 
 
 def _who_am_i(msg: Message, context) -> Message:

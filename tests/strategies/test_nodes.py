@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 from flwr.app import ConfigRecord, Message, RecordDict
 
-from clients.client_app import app as client_app
 from fedflex import keys
+from fedflex.clients.client_app import app as client_app
 from fedflex.launch.local_grid import LocalGrid
-from strategies.nodes import NodeDirectory, simulated_node_count
+from fedflex.strategies.nodes import NodeDirectory, simulated_node_count
 
 
 class _Clock:
@@ -93,7 +93,7 @@ def test_refused_duplicate_is_logged_as_an_error_naming_both_nodes(caplog):
     nodes.refresh(grid)
     first = nodes.client_to_node[0]
     second = grid.add_node(0)
-    with caplog.at_level("ERROR", logger="strategies.nodes"):
+    with caplog.at_level("ERROR", logger="fedflex.strategies.nodes"):
         nodes.refresh(grid)
     assert [r.levelname for r in caplog.records] == ["ERROR"]
     assert f"node {second} also says it holds client id 0, which node {first} serves" in caplog.text

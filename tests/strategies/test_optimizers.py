@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from fedflex import keys
-from strategies.optimizers import FedAdagrad, FedAdam, FedAMS, FedAvgM, FedYogi, ams_step
-from strategies.parts import ClientUpdate
-from strategies.scaffold import ScaffoldServer
+from fedflex.strategies.optimizers import FedAdagrad, FedAdam, FedAMS, FedAvgM, FedYogi, ams_step
+from fedflex.strategies.parts import ClientUpdate
+from fedflex.strategies.scaffold import ScaffoldServer
 
 
 def _g(x):
@@ -100,8 +100,8 @@ def test_fedams_refuses_an_unknown_epsilon_placement():
 
 def test_fedams_is_registered_and_wraps_with_aware():
     from fedflex.config import ConfigError, load_scenario
-    from strategies.build import AGGREGATORS, check_parts
-    from strategies.fedaware import AwarePlugin
+    from fedflex.strategies.build import AGGREGATORS, check_parts
+    from fedflex.strategies.fedaware import AwarePlugin
 
     cfg = load_scenario(None, ["strategy.aggregator.name=fedams", "strategy.aggregator.aware=true"])
     check_parts(cfg)

@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from clients.client_app import app as client_app
 from fedflex import keys
 from fedflex.arrays import numpy_to_record
+from fedflex.clients.client_app import app as client_app
 from fedflex.config import ConfigError, load_scenario
 from fedflex.data import load_dataset
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.partition import partition_data
 from fedflex.results import read_metrics
-from strategies.replies import MB, ReplyLimits, check_reply, num_examples_problem, reply_bytes
-from strategies.server_app import run_server
+from fedflex.strategies.replies import MB, ReplyLimits, check_reply, num_examples_problem, reply_bytes
+from fedflex.strategies.server_app import run_server
 
 SCAFFOLD = ReplyLimits(records=(keys.SCAFFOLD_DC,))
 

@@ -7,20 +7,20 @@ import numpy as np
 import pytest
 from flwr.app import Array
 
-from clients.client_app import app as client_app
+from fedflex.clients.client_app import app as client_app
 from fedflex.config import ConfigError, load_scenario
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.results import read_metrics
-from strategies.build import check_parts
-from strategies.parts import ClientUpdate
-from strategies.robust import (
+from fedflex.strategies.build import check_parts
+from fedflex.strategies.parts import ClientUpdate
+from fedflex.strategies.robust import (
     BulyanAggregator,
     KrumAggregator,
     MedianAggregator,
     TrimmedMeanAggregator,
     clip_update,
 )
-from strategies.server_app import run_server
+from fedflex.strategies.server_app import run_server
 
 
 def _m(*w, n=0):

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from strategies.server_app import (
+from fedflex.strategies.server_app import (
     RunConfigError,
     flwr_run_scenario,
     load_checkpoint,
@@ -182,10 +182,10 @@ def test_a_simulation_with_fewer_supernodes_than_clients_stops_at_once_naming_th
     # the ServerApp already runs)
     from flwr.simulation import run_simulation
 
-    from clients.client_app import app as client_app
+    from fedflex.clients.client_app import app as client_app
     from fedflex.config import load_scenario
     from fedflex.launch.runner import backend_config
-    from strategies.server_app import make_server_app
+    from fedflex.strategies.server_app import make_server_app
 
     cfg = load_scenario(QUICKSTART, ["output.progress=off", "output.plots=false", "simulation.num_cpus=1"])
     out = tmp_path / "out"

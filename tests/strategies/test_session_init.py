@@ -6,13 +6,13 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-import clients.runtime as runtime
-from clients.client_app import app as client_app
+import fedflex.clients.runtime as runtime
+from fedflex.clients.client_app import app as client_app
 from fedflex.config import load_scenario
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.results import read_metrics
-from strategies.server_app import run_server
-from strategies.session_init import (
+from fedflex.strategies.server_app import run_server
+from fedflex.strategies.session_init import (
     AverageInitializer,
     SessionAwareInitializer,
     mean_models,
@@ -256,7 +256,7 @@ def test_summary_lists_each_transition(isolated):
 
 def test_session_distance_is_a_checked_option():
     from fedflex.config import ConfigError
-    from strategies.build import INITIALIZERS
+    from fedflex.strategies.build import INITIALIZERS
 
     cfg = load_scenario(
         None, ALTERNATING + ["strategy.initializer.name=session-aware", "strategy.initializer.distance=normalized"]

@@ -6,7 +6,7 @@ import pytest
 
 from fedflex.config import load_scenario
 from fedflex.results import smoothed_rounds_to_accuracy
-from strategies.observers import StopRules
+from fedflex.strategies.observers import StopRules
 
 
 def _rows(accs):

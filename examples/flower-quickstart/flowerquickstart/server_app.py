@@ -6,8 +6,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Result, Strategy
 
+from fedflex.strategies import HiCSFL
 from flowerquickstart.task import Net, load_centralized, test
-from strategies import HiCSFL
 
 app = ServerApp()
 

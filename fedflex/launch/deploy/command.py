@@ -116,7 +116,7 @@ def deploy_local(args: argparse.Namespace) -> int:
     if args.resume:
         if args.scenario or args.overrides or args.out:
             return _fail("--resume DIR takes no scenario, overrides or --out: the run continues as configured in DIR")
-        from strategies.server_app import RunConfigError, resume_point
+        from fedflex.strategies.server_app import RunConfigError, resume_point
 
         try:
             cfg, checkpoint = resume_point(Path(args.resume), option="--resume ")

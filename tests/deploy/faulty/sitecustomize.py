@@ -14,7 +14,7 @@ SuperNodes are unaffected. Without ``FEDFLEX_FAULT`` this module does nothing.
 import os
 import sys
 
-_TARGET = "clients.rules"
+_TARGET = "fedflex.clients.rules"
 
 
 def _poison(module) -> None:
