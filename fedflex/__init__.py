@@ -7,6 +7,7 @@ As a library::
     run = fedflex.run("scenarios/quickstart.yaml", ["rounds=5"])  # in memory
     run.rows, run.summary, run.model
     fedflex.load_run("runs/quickstart-20260101-120000")
+    fedflex.compare(["runs/samplers"], target=0.5)  # the compare table as a list of dicts
 
 The names below are loaded on first use: ``import fedflex`` (and the ``fedflex``
 command's start) stays light, with no torch, Flower or strategy import.
@@ -27,6 +28,7 @@ _EXPORTS = {
     "ScenarioConfig": "fedflex.config",
     "ConfigError": "fedflex.config",
     "load_scenario": "fedflex.config",
+    "compare": "fedflex.study.compare",
 }
 
 __all__ = ["__version__", *_EXPORTS]

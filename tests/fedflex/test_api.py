@@ -187,3 +187,12 @@ def test_run_works_from_a_directory_with_its_own_strategies_package(tmp_path):
     # Assert
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.splitlines()[-1] == "2 completed"
+
+
+def test_compare_is_exported_as_the_study_function():
+    # Execute
+    import fedflex
+    from fedflex.study.compare import compare
+
+    # Assert: the table as data, from the package's top level
+    assert fedflex.compare is compare
