@@ -18,10 +18,15 @@ on the GPU and runs fedflex with ``client.device=cuda`` (and ``simulation.num_gp
 
     python benchmarks/overhead.py --cases k5 k100 --rounds 10 --pairs 2 \\
         --variants local:off local:on ray:off ray:on [--device cuda] [overrides ...]
+
+Overrides (``key=value``, fedflex's dotlist) may stand anywhere, also right after
+``--cases`` or ``--variants``: ``--variants local:off model.name=mlp`` runs the variant
+``local:off`` with ``model.name=mlp``. A variant is ``local|ray:off|on|auto``.
 """
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -55,6 +60,18 @@ def variant_overrides(variant: str, device: str) -> list[str]:
     return ov
 
 
+VARIANT = re.compile(r"(local|ray):(off|on|auto)")
+
+
+def split_overrides(argv: list[str]) -> tuple[list[str]]:
+    """``argv`` with every ``key=value`` token (a fedflex override, not an option's
+    ``--name=value``) moved to the end, where the positional overrides are read, so that
+    an override after ``--variants`` or ``--cases`` is not taken as one of their values."""
+    options = [a for a in argv if a.startswith("-") or "=" not in a]
+    overrides = [a for a in argv if not a.startswith("-") and "=" in a]
+    return (options + (["--", *overrides] if overrides else []),)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", nargs="+", default=["k5", "k100"], choices=sorted(CASES))
@@ -63,8 +80,11 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["local:off", "local:on", "ray:off", "ray:on"])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--scenario", default=str(ROOT / "scenarios" / "bench_fmnist.yaml"))
-    parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args()
+    parser.add_argument("overrides", nargs="*", help="fedflex dotlist overrides (key=value), anywhere")
+    args = parser.parse_args(*split_overrides(sys.argv[1:]))
+    bad = [v for v in args.variants if not VARIANT.fullmatch(v)]
+    if bad:
+        parser.error(f"--variants {' '.join(bad)}: a variant is BACKEND:VECTORIZE, e.g. local:off, ray:auto")
     print(f"device {args.device}; {args.rounds} rounds; medians of {args.pairs} runs each, alternating", flush=True)
     for case in args.cases:
         ov = [f"rounds={args.rounds}", *CASES[case], *args.overrides]
