@@ -65,7 +65,7 @@ import torch
 from fedflex import keys
 from fedflex.clients.common import RuleInput, RuleOutput
 from fedflex.clients.scaffold import scaffold_finish, scaffold_variates
-from fedflex.clients.train import TrainResult, batch_order, make_optimizer
+from fedflex.clients.train import StepTerms, TrainResult, batch_order, make_optimizer
 from fedflex.losses import get_loss
 
 logger = logging.getLogger(__name__)
@@ -242,29 +242,42 @@ class GradientStore:
     Parameters
     ----------
     tau, dim
-        Steps of the round and parameters of the model.
+        Steps of the round (None: not known in advance, one row per step as they come,
+        e.g. a user's own loop, :mod:`clients.helpers`) and parameters of the model.
     dtype, device
         Storage precision and place.
     max_rows
-        0: one row per step; else at most this many rows (:func:`block_sizes`).
+        0: one row per step; else at most this many rows (:func:`block_sizes`; needs
+        ``tau``).
     """
 
-    def __init__(self, tau: int, dim: int, dtype: torch.dtype, device: torch.device, max_rows: int = 0) -> None:
-        self.counts = block_sizes(tau, max_rows)
+    def __init__(
+        self, tau: Optional[int], dim: int, dtype: torch.dtype, device: torch.device, max_rows: int = 0
+    ) -> None:
+        if tau is None and max_rows > 0:
+            raise ValueError("bherd_max_stored > 0 needs the number of local steps in advance")
+        self.growing = tau is None
+        self.counts = [] if tau is None else block_sizes(tau, max_rows)
         self.rows = torch.empty(len(self.counts), dim, dtype=dtype, device=device)
+        self._grown: list[torch.Tensor] = []
         self.total = torch.zeros(dim, dtype=torch.float32, device=device)
         self._row_of = np.repeat(np.arange(len(self.counts)), self.counts)
         self._last_of = set(np.cumsum(self.counts) - 1) if self.counts else set()
-        self._acc = torch.zeros(dim, dtype=torch.float32, device=device) if tau > len(self.counts) else None
+        self._acc = torch.zeros(dim, dtype=torch.float32, device=device) if tau and tau > len(self.counts) else None
 
     @property
     def nbytes(self) -> int:
-        return self.rows.numel() * self.rows.element_size()
+        rows = [self.rows, *self._grown]
+        return sum(r.numel() * r.element_size() for r in rows)
 
     @torch.no_grad()
     def add(self, step: int, grad: torch.Tensor) -> None:
         """Store the gradient of step ``step`` (0-based, in order)."""
         self.total += grad
+        if self.growing:
+            self._grown.append(grad.to(self.rows.dtype).clone())
+            self.counts.append(1)
+            return
         j = int(self._row_of[step])
         if self._acc is None:
             self.rows[j].copy_(grad)
@@ -280,15 +293,43 @@ class GradientStore:
         number of steps they hold)."""
         if not self.counts:
             return [], torch.zeros_like(self.total), 0
-        order = herd_select(centered_gram(self.rows, self.counts), herd_k(alpha, len(self.counts)))
+        rows = torch.stack(self._grown) if self.growing else self.rows
+        order = herd_select(centered_gram(rows, self.counts), herd_k(alpha, len(self.counts)))
         g = torch.zeros_like(self.total)
         for j in order:
-            g += self.rows[j].to(torch.float32)
+            g += rows[j].to(torch.float32)
         return order, g, int(sum(self.counts[j] for j in order))
 
 
+def herd_reply(
+    store: GradientStore, tau: int, alpha: float, named: "OrderedDict[str, torch.Tensor]"
+) -> tuple["OrderedDict[str, torch.Tensor]", dict[str, float]]:
+    """Herd a round's stored gradients: g (the ``herd-g`` record, shaped like ``named``,
+    on the CPU) and BHerd's reply metrics (tau, k, k / tau, the distance and mean norm of
+    the module docstring). Shared by :func:`bherd_rule` and :class:`clients.helpers.BHerdClient`."""
+    order, g, k = store.select(alpha)
+    mean = store.total / tau if tau else store.total
+    distance = float(torch.linalg.vector_norm(g / k - mean)) if k else math.nan
+    logger.debug(
+        "bherd: tau=%d, %d stored rows (%d bytes), picked %d steps: %s",
+        tau,
+        len(store.counts),
+        store.nbytes,
+        k,
+        order[:10],
+    )
+    metrics = {
+        keys.HERD_TAU: tau,
+        keys.HERD_K: k,
+        keys.HERD_ALPHA_I: k / tau if tau else 0.0,
+        keys.HERD_DISTANCE: distance,
+        keys.HERD_MEAN_NORM: float(torch.linalg.vector_norm(mean)),
+    }
+    return unflatten(g, named), metrics
+
+
 # ---------------------------------------------------------------------------- training loop
-def _flat_grad(params: Sequence[torch.nn.Parameter], weight_decay: float) -> torch.Tensor:
+def flat_gradient(params: Sequence[torch.nn.Parameter], weight_decay: float) -> torch.Tensor:
     """The flattened gradient an SGD step uses: grad (+ weight_decay * p), float32."""
     parts = []
     for p in params:
@@ -325,13 +366,9 @@ def train_recording(
         total += float(loss.detach())
         loss.backward()
         if correction is not None:
-            with torch.no_grad():
-                for k, p in named.items():
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-                    p.grad.add_(correction[k])
+            StepTerms(correction=correction).add_to_gradients(named)
         with torch.no_grad():
-            on_gradient(step, _flat_grad(params, s.weight_decay if s.optimizer == "sgd" else 0.0))
+            on_gradient(step, flat_gradient(params, s.weight_decay if s.optimizer == "sgd" else 0.0))
         optimizer.step()
         steps += 1
     return TrainResult(num_examples=len(indices), num_steps=steps, train_loss=total / steps if steps else math.nan)
@@ -372,29 +409,11 @@ def bherd_rule(inp: RuleInput) -> RuleOutput:
     dim = sum(p.numel() for p in named.values())
     store = GradientStore(len(batches), dim, dtype, inp.device, max_rows)
     result = train_recording(inp, batches, store.add, correction=variates.correction if variates else None)
-    order, g, k = store.select(alpha)
-    tau = result.num_steps
-    mean = store.total / tau if tau else store.total
-    distance = float(torch.linalg.vector_norm(g / k - mean)) if k else math.nan
-    logger.debug(
-        "bherd: tau=%d, %d stored rows (%d bytes), picked %d steps: %s",
-        tau,
-        len(store.counts),
-        store.nbytes,
-        k,
-        order[:10],
-    )
+    g, metrics = herd_reply(store, result.num_steps, alpha, named)
     del store
-    extras = {keys.HERD_G: unflatten(g, named)}
+    extras = {keys.HERD_G: g}
     if variates is not None:
-        extras[keys.SCAFFOLD_DC] = scaffold_finish(inp, variates, x, named, tau)
-    metrics = {
-        keys.HERD_TAU: tau,
-        keys.HERD_K: k,
-        keys.HERD_ALPHA_I: k / tau if tau else 0.0,
-        keys.HERD_DISTANCE: distance,
-        keys.HERD_MEAN_NORM: float(torch.linalg.vector_norm(mean)),
-    }
+        extras[keys.SCAFFOLD_DC] = scaffold_finish(inp, variates, x, named, result.num_steps)
     return RuleOutput(result, extras=extras, metrics=metrics)
 
 

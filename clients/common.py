@@ -25,7 +25,7 @@ from fedflex.data import ArrayDataset
 @dataclass
 class RuleInput:
     model: nn.Module  # holds the global weights on ``device``
-    data: ArrayDataset
+    data: ArrayDataset  # None for a user's own loop (clients.helpers): only start / finish run there
     indices: torch.Tensor
     settings: TrainSettings
     generator: torch.Generator

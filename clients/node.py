@@ -107,14 +107,21 @@ def rule_name(msg: Message) -> str:
     return name
 
 
+def reply_records(model: torch.nn.Module, out: RuleOutput) -> RecordDict:
+    """A train reply's array records: ``arrays`` (the rule's arrays, else ``model``'s
+    state) and the rule's further records (``out.extras``), on the CPU."""
+    arrays = out.arrays if out.arrays is not None else model.state_dict()
+    content = RecordDict({keys.ARRAYS: ArrayRecord({k: v.detach().cpu() for k, v in arrays.items()})})
+    for name, tensors in out.extras.items():
+        content[name] = ArrayRecord({k: v.detach().cpu() for k, v in tensors.items()})
+    return content
+
+
 def build_reply(msg: Message, pid: int, task: Task, out: RuleOutput, drawn: Optional[dict] = None) -> Message:
     """The train reply: the local model (or the rule's arrays), the rule's further array
     records and the metrics (with ``drawn``: the epochs / batch size this client drew,
     :attr:`clients.common.RuleInput.drawn`)."""
-    arrays = out.arrays if out.arrays is not None else task.model.state_dict()
-    content = RecordDict({keys.ARRAYS: ArrayRecord({k: v.detach().cpu() for k, v in arrays.items()})})
-    for name, tensors in out.extras.items():
-        content[name] = ArrayRecord({k: v.detach().cpu() for k, v in tensors.items()})
+    content = reply_records(task.model, out)
     metrics = {
         keys.NUM_EXAMPLES: out.result.num_examples,
         keys.NUM_STEPS: out.result.num_steps,

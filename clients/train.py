@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Mapping, Optional
 
 import numpy as np
 import torch
@@ -118,6 +118,25 @@ class StepTerms:
     correction: Optional[dict[str, torch.Tensor]] = None
     prox_mu: float = 0.0
     grad_scale: float = 1.0
+
+    @torch.no_grad()
+    def add_to_gradients(
+        self, params: Mapping[str, torch.Tensor], anchor: Optional[Mapping[str, torch.Tensor]] = None
+    ) -> None:
+        """Turn the plain mini-batch loss's gradients of ``params`` (after ``backward``)
+        into the rule's: ``grad_scale * grad + prox_mu (w - anchor) + correction``, in
+        place (a parameter without a gradient gets one). What :func:`local_train` does
+        through the loss, for a loop that is not fedflex's (:mod:`clients.helpers`);
+        ``anchor`` (the start parameters) is needed when ``prox_mu`` > 0."""
+        for name, p in params.items():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            if self.grad_scale != 1.0:
+                p.grad.mul_(self.grad_scale)
+            if self.prox_mu > 0:
+                p.grad.add_(p.detach() - anchor[name].to(p.device), alpha=self.prox_mu)
+            if self.correction is not None:
+                p.grad.add_(self.correction[name].to(p.device))
 
 
 @dataclass(frozen=True)

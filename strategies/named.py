@@ -19,7 +19,8 @@ partition id when they say it (fedflex's ClientApp) and by node id otherwise
 (``identify``, :mod:`strategies.nodes`), so any ClientApp that follows Flower's
 conventions works; the methods that need more than ``arrays`` and ``num-examples``
 (SCAFFOLD, FedNova, BHerd) reject a reply without it in one line that says which client
-sends it. See ``docs/flower-strategies.md``.
+sends it; :mod:`fedflex.clients.helpers` gives a user's own training loop those client halves.
+See ``docs/flower-strategies.md``.
 """
 
 from __future__ import annotations
@@ -326,8 +327,8 @@ class BHerd(FlowerStrategy):
     """BHerd (Luo et al., 2024, https://arxiv.org/abs/2402.10071), the server half: the
     global step ``w - lr / bherd_alpha x sum_i p_i g_i`` with each client's herded
     gradient sum. Clients: must send ``herd-g`` and the herding metrics (fedflex's
-    ClientApp with local rule bherd, or :mod:`clients.bherd`); ``lr`` is the clients'
-    learning rate."""
+    ClientApp with local rule bherd, or :class:`fedflex.clients.helpers.BHerdClient` around a
+    user's ``train()``); ``lr`` is the clients' learning rate."""
 
     PARTS = {"aggregator": "bherd", "local_rule": "bherd"}
 
@@ -335,7 +336,8 @@ class BHerd(FlowerStrategy):
 class SCAFFOLD(FlowerStrategy):
     """SCAFFOLD (Karimireddy et al., 2020, https://arxiv.org/abs/1910.06378), the server
     half: the server control variate, sent with every train message. Clients: must send
-    ``scaffold-dc`` (fedflex's ClientApp with local rule scaffold)."""
+    ``scaffold-dc`` (fedflex's ClientApp with local rule scaffold, or
+    :class:`fedflex.clients.helpers.SCAFFOLDClient`)."""
 
     PARTS = {"local_rule": "scaffold"}
 
@@ -343,7 +345,8 @@ class SCAFFOLD(FlowerStrategy):
 class FedNova(FlowerStrategy):
     """FedNova (Wang et al., 2020, https://arxiv.org/abs/2007.07481), the server half:
     normalised averaging. Clients: must send ``fednova-d`` and ``fednova-a-norm``
-    (fedflex's ClientApp with local rule fednova)."""
+    (fedflex's ClientApp with local rule fednova, :class:`fedflex.clients.helpers.FedNovaClient`
+    or :func:`fedflex.clients.helpers.fednova_mod`)."""
 
     PARTS = {"local_rule": "fednova"}
 
@@ -351,7 +354,8 @@ class FedNova(FlowerStrategy):
 class FedDyn(FlowerStrategy):
     """FedDyn (Acar et al., 2021, https://arxiv.org/abs/2111.04263), the server half: the
     state h and the shifted average ``mean - h / feddyn_alpha``. Clients: the dynamic
-    regulariser (fedflex's ClientApp with local rule feddyn); a plain client's replies
+    regulariser (fedflex's ClientApp with local rule feddyn, or
+    :class:`fedflex.clients.helpers.FedDynClient`); a plain client's replies
     are taken, and the server half alone is FedAvg with h's correction."""
 
     PARTS = {"local_rule": "feddyn"}
@@ -361,7 +365,8 @@ class FedCM(FlowerStrategy):
     """FedCM (Xu et al., 2021, https://arxiv.org/abs/2106.10874), the server half: the
     global momentum Delta, sent as the ``fedcm-delta`` record with every train message.
     Clients: local steps along ``fedcm_alpha g + (1 - fedcm_alpha) Delta`` (fedflex's
-    ClientApp with local rule fedcm); ``lr`` is the clients' learning rate."""
+    ClientApp with local rule fedcm, or :class:`fedflex.clients.helpers.FedCMClient`); ``lr`` is
+    the clients' learning rate."""
 
     PARTS = {"local_rule": "fedcm"}
 

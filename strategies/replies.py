@@ -38,16 +38,25 @@ AUTO_FACTOR = 4
 AUTO_SLACK = MB
 
 
-_CLIENT = "fedflex's ClientApp (clients.client_app:app) with local rule"
+_CLIENT = "fedflex's ClientApp (fedflex.clients.client_app:app) with local rule"
 #: what a reply that lacks a method's extra output is told: who sends that record or metric
 HELPERS = {
-    keys.SCAFFOLD_DC: f"SCAFFOLD's clients send their control-variate change ({_CLIENT} scaffold)",
-    keys.FEDNOVA_D: f"FedNova's clients send their normalised update ({_CLIENT} fednova)",
-    keys.FEDNOVA_A_NORM: f"FedNova's clients send ||a_i||_1 ({_CLIENT} fednova)",
-    keys.HERD_G: f"BHerd's clients send their herded gradient sum ({_CLIENT} bherd, or clients.bherd)",
-    keys.HERD_TAU: f"BHerd's clients send their local step count ({_CLIENT} bherd, or clients.bherd)",
-    keys.HERD_K: f"BHerd's clients send the number of selected gradients ({_CLIENT} bherd, or clients.bherd)",
-    keys.HERD_ALPHA_I: f"BHerd's clients send their selected fraction ({_CLIENT} bherd, or clients.bherd)",
+    keys.SCAFFOLD_DC: f"SCAFFOLD's clients send their control-variate change ({_CLIENT} scaffold, "
+    "or fedflex.clients.helpers.SCAFFOLDClient around your train())",
+    keys.FEDNOVA_D: f"FedNova's clients send their normalised update ({_CLIENT} fednova, "
+    "or fedflex.clients.helpers.FedNovaClient / fednova_mod)",
+    keys.FEDNOVA_A_NORM: f"FedNova's clients send ||a_i||_1 ({_CLIENT} fednova, "
+    "or fedflex.clients.helpers.FedNovaClient / fednova_mod)",
+    **{
+        key: f"BHerd's clients send their {what} ({_CLIENT} bherd, "
+        "or fedflex.clients.helpers.BHerdClient around your train())"
+        for key, what in (
+            (keys.HERD_G, "herded gradient sum"),
+            (keys.HERD_TAU, "local step count"),
+            (keys.HERD_K, "number of selected gradients"),
+            (keys.HERD_ALPHA_I, "selected fraction"),
+        )
+    },
 }
 
 

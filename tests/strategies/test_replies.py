@@ -24,7 +24,8 @@ SCAFFOLD = ReplyLimits(records=(keys.SCAFFOLD_DC,))
 
 SCAFFOLD_MISSING = (
     "no scaffold-dc record: SCAFFOLD's clients send their control-variate change "
-    "(fedflex's ClientApp (clients.client_app:app) with local rule scaffold)"
+    "(fedflex's ClientApp (fedflex.clients.client_app:app) with local rule scaffold, "
+    "or fedflex.clients.helpers.SCAFFOLDClient around your train())"
 )
 
 
@@ -170,7 +171,8 @@ def test_a_missing_rule_metric_is_rejected():
     assert update is None
     assert reason == (
         "no fednova-a-norm metric: FedNova's clients send ||a_i||_1 "
-        "(fedflex's ClientApp (clients.client_app:app) with local rule fednova)"
+        "(fedflex's ClientApp (fedflex.clients.client_app:app) with local rule fednova, "
+        "or fedflex.clients.helpers.FedNovaClient / fednova_mod)"
     )
 
 

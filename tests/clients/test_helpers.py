@@ -1,0 +1,298 @@
+"""Client halves for a user's own loop (clients.helpers) against fedflex's own rules.
+
+Each test trains one copy of a tiny model with fedflex's rule (clients.rules / clients.bherd)
+and another with a user-style loop (the same mini-batches, torch.optim.SGD, F.cross_entropy)
+wrapped in the helper, then compares what the two send. Where the helper applies the rule's
+terms exactly as fedflex's loop does (SCAFFOLD's correction added to the gradient, BHerd's
+recorded gradients, FedNova's arithmetic after plain steps) the results are bitwise equal;
+where fedflex puts the term in the loss and the helper adds its gradient (FedProx's and
+FedDyn's proximal term, FedCM's scaled loss) they differ by float32 rounding only
+(atol 1e-6 on weights of order 0.1-1).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+
+import pytest
+import torch
+import torch.nn.functional as F
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+from torch import nn
+
+from fedflex import keys
+from fedflex.clients import helpers
+from fedflex.clients.bherd import bherd_rule
+from fedflex.clients.common import RuleInput
+from fedflex.clients.fedcm import FEDCM
+from fedflex.clients.feddyn import FEDDYN
+from fedflex.clients.fednova import FEDNOVA
+from fedflex.clients.rules import SGD
+from fedflex.clients.scaffold import SCAFFOLD
+from fedflex.clients.train import TrainSettings, batch_order
+from fedflex.config import LocalRuleConfig
+from fedflex.data import ArrayDataset
+from fedflex.records import to_record
+
+
+@pytest.fixture(autouse=True)
+def _task_identity(monkeypatch):
+    """Messages take their run and sender ids from Flower's task identity (as a run sets it)."""
+    for name, value in (("_task_id", 1), ("_run_id", 1), ("_node_id", 0)):
+        monkeypatch.setattr(TaskIdentity, name, value)
+
+
+SETTINGS = TrainSettings(epochs=2, batch_size=4, lr=0.1, momentum=0.9, weight_decay=0.01)
+SEED = 7
+
+
+def _data() -> ArrayDataset:
+    g = torch.Generator().manual_seed(0)
+    return ArrayDataset(x=torch.randn(14, 3, generator=g), y=torch.randint(0, 3, (14,), generator=g), num_classes=3)
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(1)
+    return nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 3))
+
+
+def _message(model: nn.Module, options: LocalRuleConfig, payload=None, extra_config=None) -> Message:
+    content = RecordDict({keys.ARRAYS: ArrayRecord(model.state_dict())})
+    for name, tensors in (payload or {}).items():
+        content[name] = ArrayRecord(tensors)
+    config = {**to_record(options, keys.LOCAL_RULE, only=options.sent()), keys.SERVER_ROUND: 1, **(extra_config or {})}
+    content[keys.CONFIG] = ConfigRecord(config)
+    return Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN)
+
+
+def _context(state: RecordDict | None = None) -> Context:
+    state = state if state is not None else RecordDict()
+    return Context(run_id=1, node_id=1, node_config={}, state=state, run_config={})
+
+
+def _fedflex(rule, model, options, payload=None, state=None):
+    return rule(_input(model, options, payload, state))
+
+
+def _user_loop(model, step=None):
+    """A Flower quickstart's train(): SGD with momentum and weight decay over the same
+    mini-batches fedflex's rule draws; ``step``: call it instead of optimizer.step()."""
+    data = _data()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
+    for pos in batch_order(14, SETTINGS, torch.Generator().manual_seed(SEED)):
+        optimizer.zero_grad()
+        F.cross_entropy(model(data.inputs(pos)), data.labels(pos)).backward()
+        step(optimizer) if step else optimizer.step()
+
+
+def _helped(cls, model, options, payload=None, state=None, extra_config=None, **kwargs) -> RecordDict:
+    msg = _message(model, options, payload, extra_config)
+    helper = cls.from_message(msg, model, _context(state), **kwargs)
+    with helper:
+        _user_loop(model)
+    return helper.reply(14, {"train_loss": 0.5})
+
+
+def _tensors(content: RecordDict, name: str) -> "OrderedDict[str, torch.Tensor]":
+    return content[name].to_torch_state_dict()
+
+
+def _variate(model, value):
+    return OrderedDict((k, torch.full_like(p, value)) for k, p in model.state_dict().items())
+
+
+# ------------------------------------------------------------------ equal to fedflex's rules
+@pytest.mark.parametrize("alpha", [0.5, 0.25])
+def test_bherd_client_sends_fedflexs_herded_gradient_sum(alpha):
+    # Prepare: 2 epochs of ceil(14 / 4) = 4 batches: tau = 8, k = floor(8 alpha + 1/2)
+    options = LocalRuleConfig(name="bherd", bherd_alpha=alpha)
+    ours, theirs = _model(), _model()
+    # Execute
+    expected = _fedflex(bherd_rule, ours, options)
+    content = _helped(helpers.BHerdClient, theirs, options)
+    # Assert
+    metrics = content[keys.METRICS]
+    assert (metrics[keys.HERD_TAU], metrics[keys.HERD_K]) == (8, {0.5: 4, 0.25: 2}[alpha])
+    assert metrics[keys.HERD_ALPHA_I] == expected.metrics[keys.HERD_ALPHA_I]
+    for k, g in _tensors(content, keys.HERD_G).items():
+        assert torch.equal(g, expected.extras[keys.HERD_G][k]), k
+    for k, w in _tensors(content, keys.ARRAYS).items():
+        assert torch.equal(w, ours.state_dict()[k]), k
+
+
+def test_bherd_client_on_scaffold_sends_both_records_as_fedflex():
+    options = LocalRuleConfig(name="bherd", bherd_base="scaffold")
+    ours, theirs = _model(), _model()
+    payload = {keys.SCAFFOLD_C: _variate(ours, 0.05)}
+    state_ours, state_theirs = RecordDict(), RecordDict()
+    expected = _fedflex(bherd_rule, ours, options, payload, state_ours)
+    content = _helped(helpers.BHerdClient, theirs, options, payload, state_theirs)
+    for name in (keys.HERD_G, keys.SCAFFOLD_DC):
+        for k, v in _tensors(content, name).items():
+            assert torch.equal(v, expected.extras[name][k]), (name, k)
+    assert list(state_theirs.array_records) == [keys.SCAFFOLD_CI]
+
+
+def test_bherd_client_with_declared_steps_blocks_as_fedflex():
+    # bherd_max_stored = 3 of tau = 8 steps: blocks of 3, 3, 2 steps; needs steps=8
+    options = LocalRuleConfig(name="bherd", bherd_max_stored=3)
+    ours, theirs = _model(), _model()
+    expected = _fedflex(bherd_rule, ours, options)
+    content = _helped(helpers.BHerdClient, theirs, options, steps=8)
+    assert content[keys.METRICS][keys.HERD_K] == expected.metrics[keys.HERD_K]
+    for k, g in _tensors(content, keys.HERD_G).items():
+        assert torch.equal(g, expected.extras[keys.HERD_G][k]), k
+
+
+def test_scaffold_client_corrects_and_sends_delta_c_as_fedflex():
+    # Prepare: c = 0.05, c_i = -0.02 in the node state: every step's gradient gets +0.07
+    options = LocalRuleConfig(name="scaffold")
+    ours, theirs = _model(), _model()
+    payload = {keys.SCAFFOLD_C: OrderedDict((k, v) for k, v in _variate(ours, 0.05).items())}
+    states = []
+    for _ in range(2):
+        state = RecordDict()
+        state[keys.SCAFFOLD_CI] = ArrayRecord(_variate(ours, -0.02))
+        states.append(state)
+    # Execute
+    expected = SCAFFOLD.run(_input(ours, options, payload, states[0]))
+    content = _helped(helpers.SCAFFOLDClient, theirs, options, payload, states[1])
+    # Assert: the same model, delta c and new c_i
+    assert all(torch.equal(theirs.state_dict()[k], v) for k, v in ours.state_dict().items())
+    for k, v in _tensors(content, keys.SCAFFOLD_DC).items():
+        assert torch.equal(v, expected.extras[keys.SCAFFOLD_DC][k]), k
+    new_ci = [s[keys.SCAFFOLD_CI].to_torch_state_dict() for s in states]
+    assert all(torch.equal(new_ci[0][k], new_ci[1][k]) for k in new_ci[0])
+
+
+def _input(model, options, payload=None, state=None) -> RuleInput:
+    return RuleInput(
+        model=model,
+        data=_data(),
+        indices=torch.arange(14),
+        settings=SETTINGS,
+        generator=torch.Generator().manual_seed(SEED),
+        device=torch.device("cpu"),
+        payload=payload or {},
+        state=state,
+        options=options,
+    )
+
+
+def test_fednova_client_sends_fedflexs_normalised_update():
+    # Prepare: tau = 8 steps with momentum 0.9: ||a||_1 = (8 - 0.9 (1 - 0.9^8) / 0.1) / 0.1
+    options = LocalRuleConfig(name="fednova")
+    ours, theirs = _model(), _model()
+    # Execute
+    expected = FEDNOVA.run(_input(ours, options))
+    content = _helped(helpers.FedNovaClient, theirs, options)
+    # Assert
+    metrics = content[keys.METRICS]
+    assert metrics[keys.FEDNOVA_TAU] == 8
+    assert metrics[keys.FEDNOVA_A_NORM] == pytest.approx((8 - 0.9 * (1 - 0.9**8) / 0.1) / 0.1)
+    for k, d in _tensors(content, keys.FEDNOVA_D).items():
+        assert torch.equal(d, expected.extras[keys.FEDNOVA_D][k]), k
+
+
+@pytest.mark.parametrize(
+    ("cls", "steps", "options", "extra_config"),
+    [
+        (helpers.FedProxClient, SGD, LocalRuleConfig(name="fedprox", mu=0.5), None),
+        (helpers.FedProxClient, SGD, LocalRuleConfig(name="fedprox", mu=0.5), {"proximal-mu": 0.5}),
+        (helpers.FedDynClient, FEDDYN, LocalRuleConfig(name="feddyn", feddyn_alpha=0.3), None),
+        (helpers.FedCMClient, FEDCM, LocalRuleConfig(name="fedcm", fedcm_alpha=0.2), None),
+    ],
+    ids=["fedprox", "flower-fedprox", "feddyn", "fedcm"],
+)
+def test_term_clients_train_as_fedflex_up_to_rounding(cls, steps, options, extra_config):
+    # Prepare: FedDyn's g_k = 0.1 in the node state; FedCM's Delta = 0.2 from the server
+    ours, theirs = _model(), _model()
+    payload = {keys.FEDCM_DELTA: _variate(ours, 0.2)} if options.name == "fedcm" else {}
+    states = [RecordDict(), RecordDict()]
+    for state in states:
+        state[keys.FEDDYN_GRAD] = ArrayRecord(_variate(ours, 0.1))
+    if extra_config:  # Flower's FedProx: no local-rule entries, only proximal-mu
+        options = LocalRuleConfig()
+    start = copy.deepcopy(ours.state_dict())
+    # Execute
+    fedflex_options = LocalRuleConfig(name=cls.rules[0], mu=0.5, feddyn_alpha=0.3, fedcm_alpha=0.2)
+    steps.run(_input(ours, fedflex_options, payload, states[0]))
+    content = _helped(cls, theirs, options, payload, states[1], extra_config)
+    # Assert: the same model (moved well away from the start), the same node state
+    for k, w in _tensors(content, keys.ARRAYS).items():
+        torch.testing.assert_close(w, ours.state_dict()[k], atol=1e-6, rtol=0)
+        assert (w - start[k]).abs().max() > 1e-2
+    g = [s[keys.FEDDYN_GRAD].to_torch_state_dict() for s in states]
+    for k in g[0]:
+        torch.testing.assert_close(g[1][k], g[0][k], atol=1e-5, rtol=0)
+    assert content[keys.METRICS][keys.NUM_STEPS] == 8
+
+
+def test_step_without_with_block_does_the_same():
+    options = LocalRuleConfig(name="fednova")
+    a, b = _model(), _model()
+    with_block = _helped(helpers.FedNovaClient, a, options)
+    helper = helpers.FedNovaClient.from_message(_message(b, options), b, _context())
+    _user_loop(b, step=helper.step)
+    explicit = helper.reply(14)
+    expected = _tensors(with_block, keys.FEDNOVA_D)
+    assert all(torch.equal(v, expected[k]) for k, v in _tensors(explicit, keys.FEDNOVA_D).items())
+
+
+# ------------------------------------------------------------------ errors in one line
+def test_a_message_from_another_strategy_is_refused_in_one_line():
+    model = _model()
+    with pytest.raises(ValueError, match=r"local rule 'sgd', not bherd: run fedflex's BHerd strategy") as err:
+        helpers.BHerdClient.from_message(_message(model, LocalRuleConfig()), model)
+    assert "\n" not in str(err.value)
+
+
+def test_scaffold_client_needs_the_server_variate_and_the_context():
+    model = _model()
+    with pytest.raises(ValueError, match="no scaffold-c record"):
+        helpers.SCAFFOLDClient.from_message(_message(model, LocalRuleConfig(name="scaffold")), model, _context())
+    msg = _message(model, LocalRuleConfig(name="scaffold"), {keys.SCAFFOLD_C: _variate(model, 0.0)})
+    with pytest.raises(ValueError, match="needs the node's Context"):
+        helpers.SCAFFOLDClient.from_message(msg, model)
+
+
+def test_bherd_client_refuses_adam():
+    model = _model()
+    helper = helpers.BHerdClient.from_message(_message(model, LocalRuleConfig(name="bherd")), model)
+    optimizer = torch.optim.Adam(model.parameters())
+    F.cross_entropy(model(_data().inputs(None)), _data().labels(None)).backward()
+    with helper, pytest.raises(ValueError, match="BHerd needs torch.optim.SGD"):
+        optimizer.step()
+
+
+def test_the_hook_leaves_other_models_alone():
+    model, other = _model(), _model()
+    helper = helpers.FedNovaClient.from_message(_message(model, LocalRuleConfig(name="fednova")), model)
+    with helper:
+        _user_loop(other)
+    assert helper.num_steps == 0
+
+
+# ------------------------------------------------------------------ the FedNova mod
+def test_fednova_mod_adds_what_the_helper_sends():
+    # Prepare: a plain train function (no fedflex in it) behind the mod
+    options = LocalRuleConfig(name="fednova")
+    reference, model = _model(), _model()
+    expected = _helped(helpers.FedNovaClient, reference, options)
+    msg = _message(model, options)
+
+    def plain_train(msg: Message, context: Context) -> Message:
+        _user_loop(model)
+        content = RecordDict(
+            {keys.ARRAYS: ArrayRecord(model.state_dict()), keys.METRICS: MetricRecord({keys.NUM_EXAMPLES: 14})}
+        )
+        return Message(content=content, reply_to=msg)
+
+    # Execute
+    reply = helpers.fednova_mod(msg, _context(), plain_train)
+    # Assert
+    assert reply.content[keys.METRICS][keys.FEDNOVA_TAU] == 8
+    for k, d in _tensors(reply.content, keys.FEDNOVA_D).items():
+        torch.testing.assert_close(d, _tensors(expected, keys.FEDNOVA_D)[k], atol=1e-7, rtol=0)
