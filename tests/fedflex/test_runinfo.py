@@ -48,7 +48,7 @@ def test_run_log_copies_the_runs_log_lines_and_is_removed_after(tmp_path):
     assert lines == [
         "INFO fedflex.runinfo: starting quickstart",
         "WARNING fedflex.something: round 3: a warning",
-        "ERROR strategies.observers: an error",
+        "ERROR fedflex.strategies.observers: an error",
         "WARNING flwr: Flower says",
     ]
     assert {name: list(logging.getLogger(name).handlers) for name in runinfo.RUN_LOGGERS} == before
