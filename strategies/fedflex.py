@@ -44,6 +44,7 @@ from fedflex.records import record_key
 from fedflex.strategies.diagnostics import e_lud
 from fedflex.strategies.nodes import NodeDirectory
 from fedflex.strategies.parts import Aggregator, ClientUpdate, Initializer, Part, Sampler, ServerRule
+from fedflex.strategies.privacy import SERVER_SIDE, calling_dp_wrapper, check_dp_wrapper
 from fedflex.strategies.replies import NONFINITE, ReplyLimits, check_reply, num_examples_problem
 from fedflex.strategies.robust import clip_update
 
@@ -243,6 +244,7 @@ class FedFlex(FedAvg):
         self._on_round: Optional[Callable[[RoundRecord], None]] = None
         self._flower_round: Optional[RoundRecord] = None  # Flower's configure -> aggregate hand-off
         self._flower_sent: list[Message] = []
+        self._dp_checked: Any = None  # the DP wrapper already checked (strategies.privacy)
         self.sampler: Sampler
         self.aggregator: Aggregator
         self.initializer: Initializer
@@ -627,11 +629,17 @@ class FedFlex(FedAvg):
         """Steps 1-4 of :meth:`run_round`: the online set, a session's model, the sampled
         clients' train messages (the model, the parts' payloads, ``config`` and the
         round's ``server-round``)."""
+        wrapper = calling_dp_wrapper(self)
         self._prepare(grid, arrays)
         if self.fraction_train == 0.0:
             return []
         if arrays is not self._global_record():
             self.global_arrays = record_to_numpy(arrays)
+            last = self.record
+            if last is not None and last.round == server_round - 1 and not last.skipped:
+                # the model Flower released (e.g. with a DP wrapper's noise) is the round's
+                # model: a session's stored last model must be the one the clients saw
+                self.initializer.on_round_end(last.round, last.session, self.global_arrays)
         self._grid, self._config = grid, ConfigRecord(dict(config))
         record = self._flower_round = self._begin(server_round, grid)
         self._flower_sent = []
@@ -643,7 +651,20 @@ class FedFlex(FedAvg):
         self._log_lr(server_round, record)
         log(INFO, "configure_train: sampled %d clients (out of %d online)", len(sampled), len(online))
         self._flower_sent = self._train_messages(server_round, self._global_record(), sampled)
+        if wrapper is not None:
+            self._under_dp(wrapper)
         return self._flower_sent
+
+    def _under_dp(self, wrapper: Any) -> None:
+        """Inside one of Flower's DP wrappers: refuse what it breaks, warn (once) what
+        its noise does not cover (:mod:`strategies.privacy`); a server-side wrapper
+        clips each reply against the model this round's messages carry (SessionAware
+        may have replaced the one the wrapper was given)."""
+        if self._dp_checked is not wrapper:
+            check_dp_wrapper(self, wrapper, self._flower_sent)
+            self._dp_checked = wrapper
+        if isinstance(wrapper, SERVER_SIDE) and self._flower_sent:
+            wrapper.current_arrays = self._global_record()
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]

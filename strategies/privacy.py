@@ -1,0 +1,140 @@
+"""fedflex's strategies inside Flower's differential-privacy wrappers.
+
+Flower's central-DP wrappers (:class:`~flwr.serverapp.strategy.DifferentialPrivacyServerSideFixedClipping`,
+its client-side twin with :func:`flwr.clientapp.mod.fixedclipping_mod`, and the adaptive
+clipping pair; McMahan et al. 2018, https://arxiv.org/abs/1710.06963) clip each client's
+model update to ``clipping_norm`` (on the server, or on the client) and add Gaussian
+noise of standard deviation ``noise_multiplier x clipping_norm / num_sampled_clients`` to
+the *aggregate*. They call the wrapped strategy's ``configure_train`` /
+``aggregate_train`` / ``configure_evaluate`` / ``aggregate_evaluate`` / ``summary``, so
+every fedflex strategy runs inside them; but the noise protects only what is computed
+from the aggregate. Whatever a method keeps or decides per client (HiCS-FL's entropy
+estimates, FedAWARE's momenta and weights, a server optimiser's moments, SessionAware's
+gradient rounds) is computed before the noise, from clipped but un-noised updates (or,
+for losses and extra rounds, from replies the wrapper never sees), and steers what is
+released. :func:`check_dp_wrapper` says so once per run (a warning naming each such
+part) and refuses the methods the wrappers break: those whose replies carry more than
+the model (SCAFFOLD, FedNova, BHerd: the server-side wrapper would clip their extra
+records as if they were the model, ``fixedclipping_mod`` rejects them), and, with
+client-side clipping, those whose train messages carry more than the model (SCAFFOLD's
+control variate, FedCM's momentum: ``fixedclipping_mod`` rejects them).
+See ``docs/flower-strategies.md`` ("Differential privacy").
+"""
+
+from __future__ import annotations
+
+import sys
+from logging import WARNING
+from typing import TYPE_CHECKING, Any, Optional
+
+from flwr.app import Message
+from flwr.common import log
+from flwr.serverapp.strategy import (
+    DifferentialPrivacyClientSideAdaptiveClipping,
+    DifferentialPrivacyClientSideFixedClipping,
+    DifferentialPrivacyServerSideAdaptiveClipping,
+    DifferentialPrivacyServerSideFixedClipping,
+)
+
+from fedflex.strategies.parts import ServerRule
+
+if TYPE_CHECKING:
+    from fedflex.strategies.fedflex import FedFlex
+
+#: Flower's DP wrappers that clip on the server (they keep the model sent as ``current_arrays``)
+SERVER_SIDE = (DifferentialPrivacyServerSideFixedClipping, DifferentialPrivacyServerSideAdaptiveClipping)
+#: Flower's DP wrappers whose clients clip (``fixedclipping_mod`` / ``adaptiveclipping_mod``)
+CLIENT_SIDE = (DifferentialPrivacyClientSideFixedClipping, DifferentialPrivacyClientSideAdaptiveClipping)
+
+#: part name -> what it computes from per-client information that the wrapper's noise does not cover
+UNPROTECTED = {
+    "hics": "HiCS-FL's sampler estimates each client's label entropy from its clipped, un-noised "
+    "output-layer bias update and samples by it",
+    "explore-first": "the sampler's schedule reads per-client updates",
+    "pow-d": "Power-of-Choice samples by each candidate's local loss (an EVALUATE reply: not clipped, not noised)",
+    "fedcor": "FedCor samples by the clients' local losses (EVALUATE replies: not clipped, not noised)",
+    "clustered": "Clustered Sampling clusters the clients by their clipped, un-noised updates",
+    "divfl": "DivFL samples by per-client update proxies (un-noised; 'ideal' proxies are extra TRAIN rounds)",
+    "fedaware": "FedAWARE keeps a momentum of each client's clipped, un-noised update and weighs "
+    "clients by them (the aggregate is no uniform average: its sensitivity exceeds clipping_norm / K)",
+    "aware": "AWARE keeps per-client momenta of clipped, un-noised updates and weighs clients by them",
+    "fedavgm": "the server momentum is built from the un-noised aggregate",
+    "fedadam": "the server moments are built from the un-noised aggregate",
+    "fedyogi": "the server moments are built from the un-noised aggregate",
+    "fedadagrad": "the server moments are built from the un-noised aggregate",
+    "fedams": "the server moments are built from the un-noised aggregate",
+    "median": "a robust aggregate is no average: its sensitivity is not clipping_norm / K",
+    "trimmed-mean": "a robust aggregate is no average: its sensitivity is not clipping_norm / K",
+    "bulyan": "a robust aggregate is no average: its sensitivity is not clipping_norm / K",
+    "bherd": "BHerd's step uses each client's herded gradients",
+    "feddyn": "FedDyn's state h accumulates the un-noised updates",
+    "fedcm": "FedCM's momentum (sent to the clients) is built from the un-noised aggregate",
+    "session-aware": "SessionAware weighs the stored session models by gradient rounds whose per-client "
+    "replies bypass the wrapper (not noised; not clipped under server-side clipping)",
+    "average": "the average initializer mixes the stored session models",
+}
+#: parts under which a round is Flower's FedAvg (nothing per client outside the aggregate)
+PLAIN = {"uniform", "fedavg", "previous", "rule", "sgd", "fedprox"}
+
+
+def calling_dp_wrapper(strategy: "FedFlex", depth: int = 2) -> Optional[Any]:
+    """The Flower DP wrapper whose method called ours (``depth`` frames up), or None.
+
+    The wrapped strategy is not told that it is wrapped; its caller is the wrapper's
+    ``configure_train``, whose ``self`` holds it as ``strategy``.
+    """
+    frame = sys._getframe(depth)
+    caller = frame.f_locals.get("self")
+    if isinstance(caller, SERVER_SIDE + CLIENT_SIDE) and caller.strategy is strategy:
+        return caller
+    return None
+
+
+def _part_names(strategy: "FedFlex") -> list[str]:
+    names = []
+    for part in strategy.parts:
+        while part is not None:
+            names.append(part.options.name if isinstance(part, ServerRule) else part.name)
+            part = getattr(part, "base", None)
+    return names
+
+
+def check_dp_wrapper(strategy: "FedFlex", wrapper: Any, messages: list[Message]) -> None:
+    """Refuse what ``wrapper`` breaks; warn what its noise does not cover (see the module).
+
+    Raises
+    ------
+    ValueError
+        A method whose replies carry more than the model, or, under client-side
+        clipping, whose train messages do.
+    """
+    name, kind = type(strategy).__name__, type(wrapper).__name__
+    records = strategy.reply_limits.records
+    if records:
+        raise ValueError(
+            f"{name} cannot run inside {kind}: its replies carry {', '.join(records)} besides the model, "
+            "which Flower's DP wrappers clip as a model (server side) or reject (fixedclipping_mod)"
+        )
+    extra = sorted({k for m in messages for k in m.content.array_records if k != strategy.arrayrecord_key})
+    if extra and isinstance(wrapper, CLIENT_SIDE):
+        raise ValueError(
+            f"{name} cannot run inside {kind}: its train messages carry {', '.join(extra)} besides the model, "
+            "and Flower's clipping mods reject a message with more than one ArrayRecord"
+        )
+    notes = [UNPROTECTED.get(p, f"part {p} keeps per-client state") for p in _part_names(strategy) if p not in PLAIN]
+    if notes:
+        log(
+            WARNING,
+            "%s inside %s: the DP noise covers the aggregate only; not covered: %s",
+            name,
+            kind,
+            "; ".join(dict.fromkeys(notes)),
+        )
+    if getattr(strategy, "_rounds", 0) is None and strategy._num_rounds is None:
+        log(
+            WARNING,
+            "%s inside %s: Flower's loop does not tell the strategy num_rounds; pass rounds=num_rounds "
+            "(schedules such as HiCS-FL's annealing use it)",
+            name,
+            kind,
+        )
