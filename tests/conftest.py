@@ -1,6 +1,11 @@
 """Fixtures shared by the test packages."""
 
+import sys
+from pathlib import Path
+
 import pytest
+
+QUICKSTART_EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "flower-quickstart"
 
 
 @pytest.fixture
@@ -12,3 +17,14 @@ def isolated_cache(tmp_path, monkeypatch):
     runtime.get_task.cache_clear()
     yield
     runtime.get_task.cache_clear()
+
+
+@pytest.fixture
+def quickstart_example(monkeypatch):
+    """Flower's quickstart app (examples/flower-quickstart) importable as
+    ``flowerquickstart``, on synthetic data; its modules forgotten afterwards."""
+    monkeypatch.setenv("QUICKSTART_SYNTHETIC", "1")
+    monkeypatch.syspath_prepend(str(QUICKSTART_EXAMPLE))
+    yield
+    for name in [m for m in sys.modules if m.startswith("flowerquickstart")]:
+        del sys.modules[name]

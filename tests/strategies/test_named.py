@@ -5,9 +5,6 @@ The ClientApp is Flower's convention only (no QUERY handler, ``train_loss`` /
 ``Strategy.start`` loop drives the rounds, so each test takes a second or two.
 """
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, MessageType
@@ -19,16 +16,7 @@ from fedflex.launch.local_grid import LocalGrid
 from fedflex.strategies import named
 from fedflex.strategies.fedflex import FedFlex
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "flower-quickstart"
-
-
-@pytest.fixture(autouse=True)
-def _quickstart(monkeypatch):
-    monkeypatch.setenv("QUICKSTART_SYNTHETIC", "1")
-    monkeypatch.syspath_prepend(str(EXAMPLE))
-    yield
-    for name in [m for m in sys.modules if m.startswith("flowerquickstart")]:
-        del sys.modules[name]
+pytestmark = pytest.mark.usefixtures("quickstart_example")  # tests/conftest.py
 
 
 def _grid(n=4):

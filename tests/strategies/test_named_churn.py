@@ -5,9 +5,6 @@ are the dense ids the strategy gives the nodes (here, Flower's quickstart Client
 ids in sorted order, ``identify="node-id"``).
 """
 
-import sys
-from pathlib import Path
-
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, MessageType
 
@@ -15,16 +12,7 @@ from fedflex.churn import ExplicitSessions, MarkovChurn
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.strategies import named
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "flower-quickstart"
-
-
-@pytest.fixture(autouse=True)
-def _quickstart(monkeypatch):
-    monkeypatch.setenv("QUICKSTART_SYNTHETIC", "1")
-    monkeypatch.syspath_prepend(str(EXAMPLE))
-    yield
-    for name in [m for m in sys.modules if m.startswith("flowerquickstart")]:
-        del sys.modules[name]
+pytestmark = pytest.mark.usefixtures("quickstart_example")  # tests/conftest.py
 
 
 def _grid(n):

@@ -6,8 +6,6 @@ quickstart ClientApp (examples/flower-quickstart) in-process.
 """
 
 import logging
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,16 +21,7 @@ from fedflex.churn import ExplicitSessions
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.strategies import named
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "flower-quickstart"
-
-
-@pytest.fixture(autouse=True)
-def _quickstart(monkeypatch):
-    monkeypatch.setenv("QUICKSTART_SYNTHETIC", "1")
-    monkeypatch.syspath_prepend(str(EXAMPLE))
-    yield
-    for name in [m for m in sys.modules if m.startswith("flowerquickstart")]:
-        del sys.modules[name]
+pytestmark = pytest.mark.usefixtures("quickstart_example")  # tests/conftest.py
 
 
 def _grid(n=4, clip_on_client=False):

@@ -7,9 +7,6 @@ training: batches of 32, 32 and 16, so every client takes tau = 3 local steps (S
 momentum 0.9, the quickstart's ``train()``).
 """
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord
@@ -19,16 +16,7 @@ from fedflex import keys
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.strategies import named
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "flower-quickstart"
-
-
-@pytest.fixture(autouse=True)
-def _quickstart(monkeypatch):
-    monkeypatch.setenv("QUICKSTART_SYNTHETIC", "1")
-    monkeypatch.syspath_prepend(str(EXAMPLE))
-    yield
-    for name in [m for m in sys.modules if m.startswith("flowerquickstart")]:
-        del sys.modules[name]
+pytestmark = pytest.mark.usefixtures("quickstart_example")  # tests/conftest.py
 
 
 def _grid(method, app_name="app", n=4):

@@ -7,25 +7,13 @@ construction. Client ids are node-id order (``identify="node-id"``), not partiti
 so the test maps them through the grid's node configs.
 """
 
-import sys
-from pathlib import Path
-
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord
 
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.strategies import hics, named
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "flower-quickstart"
-
-
-@pytest.fixture(autouse=True)
-def _quickstart(monkeypatch):
-    monkeypatch.setenv("QUICKSTART_SYNTHETIC", "1")
-    monkeypatch.syspath_prepend(str(EXAMPLE))
-    yield
-    for name in [m for m in sys.modules if m.startswith("flowerquickstart")]:
-        del sys.modules[name]
+pytestmark = pytest.mark.usefixtures("quickstart_example")  # tests/conftest.py
 
 
 @pytest.mark.parametrize("estimate", ["unit", "bias"])
