@@ -9,14 +9,15 @@
     fedflex --version
 
     fedflex sweep SCENARIO.yaml [dotted.key=value ...] --grid KEY=V1,V2 [--grid ...] [--seeds 0,1,2]
-                  --out DIR [--jobs N]
-    fedflex sweep scenarios/studies/NAME.yaml [--out DIR] [--jobs N]
+                  --out DIR [--jobs N] [--ray-address HOST:PORT [--cpus-per-run C]]
+    fedflex sweep scenarios/studies/NAME.yaml [--out DIR] [--jobs N] [--ray-address HOST:PORT]
 
     fedflex compare DIR... [--by KEY ...] [--target ACC] [--metric NAME ...] [--out DIR]
                   [--include-incomplete]
 
 ``sweep`` runs one ``fedflex run`` per grid point and seed into ``DIR/<key>=<value>,...,seed=<s>/``
-(``--jobs N`` at a time, each on its share of the CPUs) and indexes them in ``DIR/sweep.json``;
+(``--jobs N`` at a time, each on its share of the CPUs; with ``--ray-address`` as tasks on a Ray
+cluster, ``DIR`` on a filesystem every node shares) and indexes them in ``DIR/sweep.json``;
 run again, it keeps finished runs, resumes interrupted ones and reruns failed ones. Exit status
 0 when every run finished (completed or diverged), 1 when one failed, 128 + N on signal N.
 ``compare`` groups runs by the config keys in which they differ (seed aside) or ``--by``, and

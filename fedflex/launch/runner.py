@@ -103,8 +103,12 @@ def start_ray(cfg: ScenarioConfig) -> None:
 
     if ray.is_initialized():
         return
-    with interrupts.shielding_children():
-        ray.init(runtime_env={"env_vars": {"PYTHONPATH": _worker_pythonpath()}}, **backend_config(cfg)["init_args"])
+    with interrupts.shielding_children():  # "local": never a cluster that `ray start` runs on this machine
+        ray.init(
+            address="local",
+            runtime_env={"env_vars": {"PYTHONPATH": _worker_pythonpath()}},
+            **backend_config(cfg)["init_args"],
+        )
 
 
 class _DropRunSimulationDeprecation(logging.Filter):

@@ -1,9 +1,9 @@
 """``fedflex sweep`` and ``fedflex compare`` on the command line (:mod:`fedflex.study`).
 
 fedflex sweep SCENARIO.yaml [dotted.key=value ...] --grid KEY=V1,V2 [--grid ...]
-              [--seeds 0,1,2] --out DIR [--jobs N] [--dry-run]
+              [--seeds 0,1,2] --out DIR [--jobs N] [--ray-address HOST:PORT [--cpus-per-run C]] [--dry-run]
 fedflex sweep scenarios/studies/NAME.yaml [dotted.key=value ...] [--grid ...] [--seeds ...]
-              [--out DIR] [--jobs N] [--dry-run]
+              [--out DIR] [--jobs N] [--ray-address HOST:PORT [--cpus-per-run C]] [--dry-run]
 fedflex compare DIR... [--by KEY ...] [--target ACC] [--metric NAME ...] [--field PATH ...]
               [--reference FILE] [--out DIR] [--include-incomplete] [--smooth W] [--smooth-order P]
 """
@@ -31,7 +31,23 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seeds", help="seeds, e.g. 0,1,2 (default: the study file's, else the scenario's seed)")
     parser.add_argument("--out", help="sweep directory (default for a study file: runs/<study name>)")
-    parser.add_argument("--jobs", type=int, help="runs at a time, each on its share of the CPUs (default 1)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        help="runs at a time, each on its share of the CPUs (default 1; with --ray-address: all, as Ray places them)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        metavar="HOST:PORT",
+        help="run each run as a task on this Ray cluster (its head's address, or auto); --out must be on a "
+        "filesystem every node reaches at the same path, and fedflex and the data installed on every node",
+    )
+    parser.add_argument(
+        "--cpus-per-run",
+        type=int,
+        metavar="C",
+        help="with --ray-address: the CPUs each run asks Ray for (default 1)",
+    )
     parser.add_argument(
         "--dry-run", action="store_true", help="plan and check every run's config, print the runs, start nothing"
     )
@@ -119,7 +135,16 @@ def _sweep(args: argparse.Namespace) -> int:
             grid = sw.parse_grid(args.grid)
             seeds = sw.parse_seeds(args.seeds) if args.seeds else None
             variants = {}
+        if args.cpus_per_run is not None and not args.ray_address:
+            return _fail("--cpus-per-run: only with --ray-address (on this machine --jobs sets each run's share)")
+        if args.cpus_per_run is not None and args.cpus_per_run < 1:
+            return _fail(f"--cpus-per-run {args.cpus_per_run}: must be >= 1")
         sweep = sw.plan(Path(scenario), overrides, grid, seeds, Path(out), jobs, variants)
+        if args.ray_address:
+            sweep.ray_address = args.ray_address
+            sweep.cpus_per_run = args.cpus_per_run or 1
+            if not args.jobs and not (sw.is_study_file(Path(args.scenario)) and study["jobs"]):
+                sweep.jobs = len(sweep.members)  # Ray queues what it cannot place yet
         from fedflex.strategies.build import check_parts  # the CLI wires both sides
 
         for member in sweep.members:

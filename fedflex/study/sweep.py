@@ -36,6 +36,10 @@ picks among the file's variants.
 A signal (Ctrl-C, SIGTERM, SIGHUP) starts no further member and is passed on once to
 the running ones, which stop at a round boundary with a checkpoint (``fedflex run``'s
 own handling); a second signal is passed on too (they exit at once).
+
+Members run through an executor: :class:`LocalExecutor` (child processes of the sweep), or,
+with ``ray_address``, :class:`fedflex.study.ray_executor.RayExecutor` (one Ray task per
+member on an existing cluster, the sweep's directory on a filesystem every node shares).
 """
 
 from __future__ import annotations
@@ -108,6 +112,8 @@ class Sweep:
     jobs: int = 1
     members: list[Member] = dataclasses.field(default_factory=list)
     variants: dict[str, dict[str, list[str]]] = dataclasses.field(default_factory=dict)
+    ray_address: Optional[str] = None  # run the members as tasks on this Ray cluster
+    cpus_per_run: int = 1  # each member's CPUs there
 
 
 # ---------------------------------------------------------------------------- planning
@@ -412,11 +418,12 @@ def cpu_slots(jobs: int, cpus: Optional[Sequence[int]] = None) -> list[list[int]
     return [cpus[k * share : (k + 1) * share] for k in range(jobs)]
 
 
-def execution_overrides(sweep: Sweep, member: Member, share: int) -> list[str]:
+def execution_overrides(sweep: Sweep, member: Member, share: int, bounded: Optional[bool] = None) -> list[str]:
     """What the sweep adds to a member: plain progress lines (the log is a file), and
-    ``simulation.num_cpus`` lowered to the member's CPU share."""
+    ``simulation.num_cpus`` lowered to the member's CPU share when it is ``bounded`` to
+    one (default: when ``sweep.jobs > 1``)."""
     extra = ["output.progress=lines"]
-    if sweep.jobs > 1:
+    if sweep.jobs > 1 if bounded is None else bounded:
         cfg = load_scenario(sweep.scenario, [*sweep.overrides, *member.overrides])
         if cfg.simulation.backend == "ray" and cfg.simulation.num_cpus > share:
             extra.append(f"simulation.num_cpus={share}")
@@ -424,27 +431,124 @@ def execution_overrides(sweep: Sweep, member: Member, share: int) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- running
+def fedflex_root() -> str:
+    """The folder holding the ``fedflex`` package that runs this sweep (its members run it too)."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+def child_env(base: dict[str, str], root: str, threads: Optional[int]) -> dict[str, str]:
+    """A member's environment: ``base`` with ``root`` first on ``PYTHONPATH`` and, when
+    ``threads`` is given, ``OMP_NUM_THREADS`` and friends set to it."""
+    env = dict(base)
+    env["PYTHONPATH"] = os.pathsep.join([root, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
+    if threads is not None:
+        env.update({var: str(threads) for var in THREAD_VARS})
+    return env
+
+
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """How a member's process ended: its exit code, or None with a ``note`` when there is
+    none (the member never started, or the machine that ran it was lost)."""
+
+    code: Optional[int]
+    note: str = ""
+
+
+class LocalExecutor:
+    """Members as child processes of the sweep, ``jobs`` at a time, each pinned to its
+    slot's share of this process's CPUs (Linux) when ``jobs > 1``."""
+
+    def __init__(self, jobs: int, python: str = sys.executable) -> None:
+        self.jobs = jobs
+        self.python = python
+        self.slots = cpu_slots(jobs)
+        self.bounded = jobs > 1  # a member's share is less than the whole machine
+
+    def open(self) -> None:
+        """Nothing to connect to."""
+
+    def close(self) -> None:
+        """Nothing to disconnect from."""
+
+    def share(self, slot: int) -> int:
+        return len(self.slots[slot])
+
+    def start(self, slot: int, args: list[str], log_path: Path, header: str) -> tuple[subprocess.Popen, TextIO]:
+        """Start ``python args...`` with its output appended to ``log_path``."""
+        cpus = self.slots[slot]
+        log = open(log_path, "a", encoding="utf-8")
+        log.write(header)
+        log.flush()
+        process = subprocess.Popen(
+            [self.python, *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=child_env(dict(os.environ), fedflex_root(), len(cpus) if self.bounded else None),
+            start_new_session=True,  # a terminal's Ctrl-C reaches the sweep, which passes it on once
+        )
+        if self.bounded and hasattr(os, "sched_setaffinity"):
+            try:
+                os.sched_setaffinity(process.pid, cpus)
+            except OSError:
+                logger.warning("could not pin %s to CPUs %s", args, cpus)
+        return process, log
+
+    def poll(self, handle: tuple[subprocess.Popen, TextIO]) -> Optional[Ended]:
+        process, log = handle
+        if process.poll() is None:
+            return None
+        log.close()
+        return Ended(process.returncode)
+
+    def interrupt(self, handle: tuple[subprocess.Popen, TextIO], signum: int) -> None:
+        """Pass the sweep's signal on to the member."""
+        try:
+            os.killpg(handle[0].pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop(self, handle: tuple[subprocess.Popen, TextIO]) -> None:
+        """End a member at once (an error of the sweep itself) and wait for it."""
+        process, log = handle
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+        process.wait()
+        log.close()
+
+
 @dataclasses.dataclass
 class _Running:
     member: Member
     index: int
     action: str  # run | resume | rerun
-    process: subprocess.Popen
+    handle: Any  # the executor's
     slot: int
     started: float
-    log: TextIO
 
 
 class SweepRunner:
-    """Runs a planned sweep's members as ``fedflex run`` processes (see the module)."""
+    """Runs a planned sweep's members as ``fedflex run`` processes (see the module) through
+    an executor: :class:`LocalExecutor` on this machine, or
+    :class:`fedflex.study.ray_executor.RayExecutor` (as tasks on a Ray cluster) when the
+    sweep has a ``ray_address``."""
 
-    def __init__(self, sweep: Sweep, say: Callable[[str], None] = print, python: str = sys.executable) -> None:
+    def __init__(
+        self, sweep: Sweep, say: Callable[[str], None] = print, python: str = sys.executable, executor: Any = None
+    ) -> None:
         self.sweep = sweep
         self.say = say
-        self.python = python
+        if executor is None and sweep.ray_address:
+            from fedflex.study.ray_executor import RayExecutor
+
+            executor = RayExecutor(sweep.ray_address, sweep.cpus_per_run, sweep.jobs)
+        self.executor = executor or LocalExecutor(sweep.jobs, python)
         self.records: dict[str, dict[str, Any]] = {}
         self.signal: Optional[int] = None
         self._running: dict[int, _Running] = {}
+        self._started = 0
 
     # -- index
     def _record(self, member: Member, **fields: Any) -> None:
@@ -464,6 +568,7 @@ class SweepRunner:
             "grid": sweep.grid,
             "seeds": sweep.seeds,
             "jobs": sweep.jobs,
+            **({"ray_address": sweep.ray_address, "cpus_per_run": sweep.cpus_per_run} if sweep.ray_address else {}),
             "updated": datetime.now().isoformat(timespec="seconds"),
             "members": [self.records[m.name] for m in sweep.members if m.name in self.records],
         }
@@ -473,54 +578,39 @@ class SweepRunner:
         os.replace(tmp, path)
 
     # -- processes
-    def _env(self, cpus: list[int]) -> dict[str, str]:
-        root = str(Path(__file__).resolve().parents[2])  # the fedflex that runs this sweep
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([root, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
-        if self.sweep.jobs > 1:
-            env.update({var: str(len(cpus)) for var in THREAD_VARS})
-        return env
-
     def _command(self, member: Member, action: str, share: int) -> list[str]:
-        run_dir = self.sweep.out / member.name
+        """The member's ``fedflex run`` arguments (after the Python interpreter), with
+        absolute paths: a member on another machine of a cluster runs in another folder."""
+        run_dir = self.sweep.out.absolute() / member.name
         if action == "resume":
-            return [self.python, "-m", "fedflex", "run", "--resume", str(run_dir)]
+            return ["-m", "fedflex", "run", "--resume", str(run_dir)]
         return [
-            self.python,
             "-m",
             "fedflex",
             "run",
-            str(self.sweep.scenario),
+            str(self.sweep.scenario.absolute()),
             *self.sweep.overrides,
             *member.overrides,
-            *execution_overrides(self.sweep, member, share),
+            *execution_overrides(self.sweep, member, share, self.executor.bounded),
             "--out",
             str(run_dir),
         ]
 
-    def _start(self, member: Member, index: int, action: str, slot: int, cpus: list[int]) -> None:
+    def _start(self, member: Member, index: int, action: str, slot: int) -> None:
         run_dir = self.sweep.out / member.name
         if action != "resume" and run_dir.exists():
             moved = self._move_aside(run_dir)
             self.say(f"[{index}/{len(self.sweep.members)}] {member.name}: earlier run moved to {moved}")
-        log_path = self.sweep.out / LOG_DIR / f"{member.name}.log"
+        log_path = self.sweep.out.absolute() / LOG_DIR / f"{member.name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(log_path, "a", encoding="utf-8")
-        log.write(f"=== {datetime.now().isoformat(timespec='seconds')} {action}\n")
-        log.flush()
-        process = subprocess.Popen(
-            self._command(member, action, len(cpus)),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=self._env(cpus),
-            start_new_session=True,  # a terminal's Ctrl-C reaches the sweep, which passes it on once
+        handle = self.executor.start(
+            slot,
+            self._command(member, action, self.executor.share(slot)),
+            log_path,
+            f"=== {datetime.now().isoformat(timespec='seconds')} {action}\n",
         )
-        if self.sweep.jobs > 1 and hasattr(os, "sched_setaffinity"):
-            try:
-                os.sched_setaffinity(process.pid, cpus)
-            except OSError:
-                logger.warning("could not pin %s to CPUs %s", member.name, cpus)
-        self._running[process.pid] = _Running(member, index, action, process, slot, time.monotonic(), log)
+        self._started += 1
+        self._running[self._started] = _Running(member, index, action, handle, slot, time.monotonic())
         what = {"run": "start", "rerun": "start (again)", "resume": "resume"}[action]
         self.say(f"[{index}/{len(self.sweep.members)}] {what} {member.name}")
         self._record(member, status="running", exit_code=None, action=action)
@@ -532,15 +622,18 @@ class SweepRunner:
         shutil.move(str(run_dir), str(target))
         return target
 
-    def _finish(self, job: _Running) -> Optional[str]:
+    def _finish(self, job: _Running, ended: Ended) -> Optional[str]:
         """Record a member that ended; returns ``rerun`` when a refused resume must start
         over from scratch."""
-        job.log.close()
-        code = job.process.returncode
+        code = ended.code
         run_dir = self.sweep.out / job.member.name
         if job.action == "resume" and code == 2 and self.signal is None:
             return "rerun"  # the checkpoint was refused (nothing written): start again
         state = run_state(run_dir)
+        if code is None and state == "missing":  # cancelled before it started
+            self._record(job.member, status="pending", exit_code=None)
+            self.say(f"[{job.index}/{len(self.sweep.members)}] not started {job.member.name}: {ended.note}")
+            return None
         if state in ("missing", "incomplete") and code != 0:
             state = "failed"
         summary = read_summary(run_dir) or {}
@@ -554,9 +647,8 @@ class SweepRunner:
             wall_s=round(time.monotonic() - job.started, 3),
         )
         acc = f"final accuracy {accuracy:.4f}" if isinstance(accuracy, (int, float)) else "no accuracy"
-        more = (
-            "" if state in FINISHED else f", exit {code}, log {self.sweep.out / LOG_DIR / (job.member.name + '.log')}"
-        )
+        how = f"exit {code}" if code is not None else ended.note
+        more = "" if state in FINISHED else f", {how}, log {self.sweep.out / LOG_DIR / (job.member.name + '.log')}"
         self.say(
             f"[{job.index}/{len(self.sweep.members)}] done {job.member.name}: {state}, {acc} "
             f"({time.monotonic() - job.started:.1f} s{more})"
@@ -572,10 +664,7 @@ class SweepRunner:
             + ("the running ones stop after their round in flight" if first else "the running ones exit now")
         )
         for job in self._running.values():
-            try:
-                os.killpg(job.process.pid, signum)
-            except (ProcessLookupError, PermissionError):
-                pass
+            self.executor.interrupt(job.handle, signum)
 
     def _todo(self) -> list[tuple[Member, int, str]]:
         todo = []
@@ -614,6 +703,9 @@ class SweepRunner:
             self.records = {m["name"]: m for m in previous.get("members", []) if isinstance(m, dict) and "name" in m}
             pending = deque(self._todo())
             self.write_index()
+            opened = bool(pending)
+            if opened:
+                self.executor.open()  # before the handlers: ray.init takes SIGTERM
             handlers = {s: signal.getsignal(s) for s in _SIGNALS}
             for s in _SIGNALS:
                 signal.signal(s, self._on_signal)
@@ -623,29 +715,29 @@ class SweepRunner:
                 for s, h in handlers.items():
                     signal.signal(s, h)
                 for job in self._running.values():  # only on an error of the sweep itself
-                    os.killpg(job.process.pid, signal.SIGTERM)
-                    job.process.wait()
+                    self.executor.stop(job.handle)
                 self.write_index()
+                if opened:
+                    self.executor.close()
         if self.signal is not None:
             return 128 + int(self.signal)
         failed = [r for r in self.records.values() if r.get("status") not in FINISHED]
         return 1 if failed else 0
 
     def _loop(self, pending: deque) -> None:
-        slots = cpu_slots(self.sweep.jobs)
         free = list(range(self.sweep.jobs))
         while self._running or (pending and self.signal is None):
             while pending and free and self.signal is None:
                 member, index, action = pending.popleft()
-                slot = free.pop(0)
-                self._start(member, index, action, slot, slots[slot])
+                self._start(member, index, action, free.pop(0))
             time.sleep(0.1)
-            for pid, job in list(self._running.items()):
-                if job.process.poll() is None:
+            for key, job in list(self._running.items()):
+                ended = self.executor.poll(job.handle)
+                if ended is None:
                     continue
-                del self._running[pid]
+                del self._running[key]
                 free.append(job.slot)
-                again = self._finish(job)
+                again = self._finish(job, ended)
                 if again:
                     self.say(f"[{job.index}/{len(self.sweep.members)}] {job.member.name}: its checkpoint was refused")
                     pending.appendleft((job.member, job.index, again))
@@ -664,9 +756,16 @@ def _read_index(out: Path) -> dict[str, Any]:
 
 
 def describe(sweep: Sweep) -> str:
-    """``N members (G grid points x S seeds) into OUT, J at a time``."""
+    """``N members (G grid points x S seeds) into OUT, J at a time`` (and where, for a
+    sweep on a Ray cluster)."""
     points = math.prod(len(v) for v in sweep.grid.values()) if sweep.grid else 1
+    where = (
+        f"as tasks on the Ray cluster at {sweep.ray_address}, {sweep.cpus_per_run} CPU"
+        f"{'s' if sweep.cpus_per_run != 1 else ''} each, up to {sweep.jobs} at a time"
+        if sweep.ray_address
+        else f"{sweep.jobs} at a time"
+    )
     return (
         f"{len(sweep.members)} runs ({points} grid point{'s' if points != 1 else ''} x {len(sweep.seeds)} "
-        f"seed{'s' if len(sweep.seeds) != 1 else ''}) into {sweep.out}, {sweep.jobs} at a time"
+        f"seed{'s' if len(sweep.seeds) != 1 else ''}) into {sweep.out}, {where}"
     )

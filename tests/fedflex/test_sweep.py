@@ -372,3 +372,36 @@ def test_a_failed_member_is_moved_aside_and_run_again(tmp_path):
     assert moved.name.startswith("seed=0.failed-")
     assert json.loads((moved / "summary.json").read_text()) == {"status": "failed"}
     assert "earlier run moved to" in proc.stdout
+
+
+def test_a_member_on_a_ray_node_drops_the_workers_ray_settings_and_gets_its_cpus(tmp_path):
+    # Prepare: a Ray worker's environment
+    from fedflex.study.ray_executor import member_env
+
+    worker = {"RAY_ADDRESS": "10.0.0.1:6379", "RAY_JOB_ID": "01000000", "RAY_RAYLET_PID": "7", "HOME": "/h"}
+    worker |= {"PYTHONPATH": "/site", "OMP_NUM_THREADS": "16", "RAY_USAGE_STATS_ENABLED": "0"}
+    # Execute
+    env = member_env(worker, "/repo", 2)
+    # Assert: no Ray worker settings (the member's own Ray must not attach to the cluster), the
+    # sweep's fedflex first, two threads
+    assert env == {
+        "HOME": "/h",
+        "PYTHONPATH": os.pathsep.join(["/repo", "/site"]),
+        "OMP_NUM_THREADS": "2",
+        "MKL_NUM_THREADS": "2",
+        "OPENBLAS_NUM_THREADS": "2",
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+
+
+def test_a_ray_member_on_the_ray_backend_asks_for_no_more_than_its_cpus(tmp_path):
+    # Prepare: one run (jobs=1) whose clients ask for 4 CPUs each
+    from fedflex.study.sweep import execution_overrides
+
+    sweep = plan(QUICKSTART, ["simulation.num_cpus=4"], {}, [0], tmp_path)
+    # Execute: on this machine alone, and bounded to 2 CPUs (a Ray task's share)
+    alone = execution_overrides(sweep, sweep.members[0], 2)
+    bounded = execution_overrides(sweep, sweep.members[0], 2, bounded=True)
+    # Assert
+    assert alone == ["output.progress=lines"]
+    assert bounded == ["output.progress=lines", "simulation.num_cpus=2"]
