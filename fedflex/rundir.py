@@ -29,7 +29,16 @@ def _holder(fd: int) -> str:
         text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
     except OSError:
         text = ""
-    return f"pid {text}" if text.isdigit() else "pid unknown"
+    if not text.isdigit():
+        return "pid unknown"
+    try:  # what that process is, where /proc says (Linux)
+        with open(f"/proc/{text}/cmdline", "rb") as f:
+            command = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        command = ""
+    if int(text) == os.getpid():
+        command = f"this process, {command}" if command else "this process"
+    return f"pid {text}: {command[:120]}" if command else f"pid {text}"
 
 
 class RunDirLock:

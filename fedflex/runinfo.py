@@ -113,6 +113,7 @@ def run_log(out_dir: Optional[Path], first_line: str = "") -> Iterator[None]:
     if out_dir is None:
         yield
         return
+    made = [p for p in [Path(out_dir), *Path(out_dir).parents] if not p.exists()]
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     path = Path(out_dir) / RUN_LOG
     new = not path.exists()
@@ -132,3 +133,8 @@ def run_log(out_dir: Optional[Path], first_line: str = "") -> Iterator[None]:
         handler.close()
         if new and not (Path(out_dir) / CONFIG_FILE).exists():
             path.unlink(missing_ok=True)
+            for folder in made:  # the folders made here, if nothing else went there
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break

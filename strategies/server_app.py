@@ -16,12 +16,13 @@ Two ways in:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shlex
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -533,8 +534,10 @@ def main(grid: Grid, context: Context) -> None:
         run_server(grid, cfg, out, node_keys=node_keys)
 
 
-def _locked(out: Path, new: bool, option: str) -> RunDirLock:
-    """The lock on a ``flwr run``'s results directory (:mod:`fedflex.rundir`), taken.
+@contextlib.contextmanager
+def _locked(out: Path, new: bool, option: str) -> Iterator[RunDirLock]:
+    """The lock on a ``flwr run``'s results directory (:mod:`fedflex.rundir`), held
+    while the block runs (taken once: RunDirLock's own ``with`` would take it again).
 
     Raises
     ------
@@ -542,6 +545,10 @@ def _locked(out: Path, new: bool, option: str) -> RunDirLock:
         When another run holds it, or (``new``) it is no longer empty.
     """
     try:
-        return RunDirLock(out, new=new, option=option).acquire()
+        lock = RunDirLock(out, new=new, option=option).acquire()
     except RunDirError as exc:
         raise RunConfigError(str(exc)) from None
+    try:
+        yield lock
+    finally:
+        lock.release()

@@ -219,7 +219,7 @@ def test_a_run_on_a_directory_another_run_holds_is_refused_naming_its_pid(tmp_pa
         err = _one_line_error(capsys)
     # Assert: refused, nothing written; the lock file goes with the holder
     assert code == 2
-    assert f"--out {out} is in use by another fedflex run (pid {os.getpid()})" in err
+    assert f"--out {out} is in use by another fedflex run (pid {os.getpid()}: this process" in err
     assert not out.exists()
 
 
@@ -235,7 +235,7 @@ def test_resume_of_a_directory_another_run_holds_is_refused(tmp_path, capsys):
         code = main(["run", "--resume", str(out)])
         err = _one_line_error(capsys)
     # Assert
-    assert code == 2 and f"--resume {out} is in use by another fedflex run (pid {os.getpid()})" in err
+    assert code == 2 and f"--resume {out} is in use by another fedflex run (pid {os.getpid()}: this process" in err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
@@ -260,7 +260,7 @@ def test_the_lock_of_a_killed_run_is_gone_with_it(tmp_path):
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert holder.stdout.readline().strip() == "locked"
-    with pytest.raises(RunDirError, match=rf"in use by another fedflex run \(pid {holder.pid}\)"):
+    with pytest.raises(RunDirError, match=rf"in use by another fedflex run \(pid {holder.pid}: "):
         RunDirLock(out, new=True).acquire()
     # Execute
     holder.kill()

@@ -201,3 +201,21 @@ def test_a_simulation_with_fewer_supernodes_than_clients_stops_at_once_naming_th
     )
     assert elapsed < 30
     assert not out.exists()
+
+
+def test_the_flwr_run_lock_is_taken_once_held_for_the_block_and_released(tmp_path):
+    # Prepare
+    from fedflex.strategies.server_app import _locked
+
+    out = tmp_path / "out"
+    # Execute / Assert: the block runs holding the lock (a second run is refused) ...
+    with _locked(out, new=True, option="out="):
+        assert (out / ".fedflex.lock").is_file()
+        (out / "config.yaml").write_text("name: x\n")  # the run writes its files
+        with pytest.raises(RunConfigError, match=r"resume= .* is in use by another fedflex run \(pid \d+: this process"):
+            with _locked(out, new=False, option="resume="):
+                pass
+    # ... and afterwards the directory can be resumed into
+    with _locked(out, new=False, option="resume="):
+        pass
+    assert not (out / ".fedflex.lock").exists()
