@@ -16,9 +16,22 @@ command's start) stays light, with no torch, Flower or strategy import.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 __version__ = "0.1.0"
+
+# The server and client halves live in the top-level folders strategies/ and clients/ (the
+# project's layout) and are imported as fedflex.strategies / fedflex.clients, so that an
+# installed fedflex claims no top-level name but its own. In a checkout, fedflex/strategies
+# and fedflex/clients are symbolic links to those folders, and a built wheel holds their
+# files there. Where the links are absent (a Flower app bundle, FAB, which skips links; a
+# checkout without link support) the folder above this package is searched as well.
+_here = os.path.dirname(os.path.abspath(__file__))
+if not os.path.isdir(os.path.join(_here, "strategies")) and os.path.isfile(
+    os.path.join(os.path.dirname(_here), "strategies", "__init__.py")
+):
+    __path__.append(os.path.dirname(_here))  # noqa: F821 (a package's own __path__)
 
 # public name -> the module that defines it
 _EXPORTS = {

@@ -92,3 +92,35 @@ def test_an_installed_wheel_works_beside_a_users_own_strategies_package(wheel, t
     # Assert: the user's packages stay the user's; fedflex runs from the wheel
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.splitlines()[-1] == "strategies clients True 2 completed"
+
+
+def test_a_flower_app_bundle_without_the_links_imports_the_halves_from_its_own_folders(tmp_path):
+    # Prepare: the FAB `flwr run .` ships (flwr build skips symbolic links), unpacked
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    flwr = Path(sys.executable).parent / "flwr"
+    source = tmp_path / "app"
+    subprocess.run(
+        ["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(source)], check=True, capture_output=True, timeout=120
+    )
+    subprocess.run([str(flwr), "build", "--app", str(source)], cwd=tmp_path, check=True, capture_output=True, env=env)
+    (fab,) = tmp_path.glob("*.fab")
+    unpacked = tmp_path / "unpacked"
+    with zipfile.ZipFile(fab) as bundle:
+        assert not any(name.startswith("fedflex/strategies/") for name in bundle.namelist())  # the link is gone
+        bundle.extractall(unpacked)
+    code = "import fedflex.strategies.server_app as s, fedflex.clients.client_app as c; print(s.__file__, c.__file__)"
+    # Execute: the bundle's folder first on the path, as Flower's app loading puts it
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(unpacked)!r}); {code}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # Assert: both halves come from the bundle's top-level folders
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == [
+        str(unpacked / "strategies" / "server_app.py"),
+        str(unpacked / "clients" / "client_app.py"),
+    ]

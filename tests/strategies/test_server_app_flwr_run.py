@@ -212,7 +212,8 @@ def test_the_flwr_run_lock_is_taken_once_held_for_the_block_and_released(tmp_pat
     with _locked(out, new=True, option="out="):
         assert (out / ".fedflex.lock").is_file()
         (out / "config.yaml").write_text("name: x\n")  # the run writes its files
-        with pytest.raises(RunConfigError, match=r"resume= .* is in use by another fedflex run \(pid \d+: this process"):
+        busy = r"resume= .* is in use by another fedflex run \(pid \d+: this process"
+        with pytest.raises(RunConfigError, match=busy):
             with _locked(out, new=False, option="resume="):
                 pass
     # ... and afterwards the directory can be resumed into
