@@ -110,6 +110,29 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
+class _Stderr(logging.StreamHandler):
+    """A handler on whatever ``sys.stderr`` is when a record is written (``main`` may run
+    many times in one process, e.g. from tests, each with its own stderr)."""
+
+    @property
+    def stream(self):  # noqa: D102
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ sets it: ignored
+        pass
+
+
+def _log_to_stderr(level: int) -> None:
+    """The command's log lines on stderr, ``LEVEL name: message`` (once per process)."""
+    root = logging.getLogger()
+    if not any(isinstance(h, _Stderr) for h in root.handlers):
+        handler = _Stderr()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = _parser()
     args, rest = parser.parse_known_args(argv)  # overrides may also follow --out
@@ -119,10 +142,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("unrecognized arguments: " + " ".join(unknown or rest))
     if rest:
         args.overrides = [*args.overrides, *rest]
-    logging.basicConfig(
-        level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    _log_to_stderr(logging.INFO if getattr(args, "verbose", False) else logging.WARNING)
     if args.command == "run":
         return _run(args)
     if args.command == "deploy":
@@ -155,22 +175,28 @@ def _run(args: argparse.Namespace) -> int:
     except RunDirError as exc:
         return _fail(str(exc))
     try:
-        from fedflex.data import DataNotFoundError
-        from fedflex.launch import runner  # imports torch and Flower: after the cheap checks
-
-        try:
-            with _interruptible():
-                runner.run(cfg, out, verbose=args.verbose)
-        except DataNotFoundError as exc:
-            return _fail(str(exc), code=1)
-        except ConfigError as exc:  # found with the data: a missing column, num_clients vs natural clients
-            return _fail(f"config error: {exc}")
-        except OSError as exc:
-            if exc.errno not in WRITE_ERRNOS:
-                raise
-            return _write_failed(out, exc)
+        return _execute(cfg, out, args.verbose)
     finally:
         lock.release()
+
+
+def _execute(cfg, out: Path, verbose: bool, resume: Optional[dict] = None) -> int:
+    """Run (or resume) ``cfg`` into ``out`` under the held lock: the exit status, with one
+    line for missing data, a configuration found bad with the data, or a full disk."""
+    from fedflex.data import DataNotFoundError
+    from fedflex.launch import runner  # imports torch and Flower: after the cheap checks
+
+    try:
+        with _interruptible():
+            runner.run(cfg, out, verbose=verbose, resume=resume)
+    except DataNotFoundError as exc:
+        return _fail(str(exc), code=1)
+    except ConfigError as exc:  # found with the data: a missing column, num_clients vs natural clients
+        return _fail(f"config error: {exc}")
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        return _write_failed(out, exc)
     return _finished(out)
 
 
@@ -264,18 +290,9 @@ def _resume(args: argparse.Namespace) -> int:
             + (": all rounds ran; writing the final model and summary.json" if done else ""),
             file=sys.stderr,
         )
-        from fedflex.launch import runner
-
-        try:
-            with _interruptible():
-                runner.run(cfg, out, verbose=args.verbose, resume=checkpoint)
-        except OSError as exc:
-            if exc.errno not in WRITE_ERRNOS:
-                raise
-            return _write_failed(out, exc)
+        return _execute(cfg, out, args.verbose, resume=checkpoint)
     finally:
         lock.release()
-    return _finished(out)
 
 
 if __name__ == "__main__":

@@ -129,6 +129,11 @@ def quiet_flower(verbose: bool) -> None:
     for handler in flwr_logger.handlers:  # Flower's colours only on a terminal
         if hasattr(handler, "colored"):
             handler.colored = sys.stderr.isatty()
+            # Flower's console handler holds the stderr of the moment flwr was imported;
+            # a run started later in the same process (the Python API, tests) may find it
+            # closed, and writing there prints "--- Logging error ---" tracebacks
+            if isinstance(handler, logging.StreamHandler) and getattr(handler.stream, "closed", False):
+                handler.stream = sys.stderr  # not setStream(): it flushes the closed stream
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
