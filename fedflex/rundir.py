@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -55,6 +56,10 @@ class RunDirLock:
         must exist.
     option
         How one-line messages name the directory ("--out", "--resume", "out=").
+    wait
+        Seconds to wait for another holder to let go before refusing (0: refuse at
+        once). ``flwr run`` waits: after ``flwr stop`` the stopped run's ServerApp may
+        still be ending when its resume starts.
 
     Raises
     ------
@@ -63,10 +68,11 @@ class RunDirLock:
         empty directory (``new``), or it cannot be created or written.
     """
 
-    def __init__(self, out: Path, *, new: bool, option: str = "--out") -> None:
+    def __init__(self, out: Path, *, new: bool, option: str = "--out", wait: float = 0.0) -> None:
         self.out = Path(out)
         self.new = new
         self.option = option
+        self.wait = wait
         self._fd: Optional[int] = None
         self._made: list[Path] = []
 
@@ -112,7 +118,9 @@ class RunDirLock:
         return self
 
     def _lock(self) -> int:
-        """An fd of the lock file with the lock held (RunDirError: another run holds it)."""
+        """An fd of the lock file with the lock held (RunDirError: another run holds it,
+        also after ``wait`` seconds)."""
+        deadline = time.monotonic() + self.wait
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -120,6 +128,9 @@ class RunDirLock:
             except BlockingIOError:
                 holder = _holder(fd)
                 os.close(fd)
+                if time.monotonic() < deadline:  # e.g. a stopped run's process still ending
+                    time.sleep(0.2)
+                    continue
                 self._take_back()
                 raise RunDirError(
                     f"{self.option} {self.out} is in use by another fedflex run ({holder}): "

@@ -534,6 +534,9 @@ def main(grid: Grid, context: Context) -> None:
         run_server(grid, cfg, out, node_keys=node_keys)
 
 
+FLWR_RUN_LOCK_WAIT = 60.0  # s: a stopped run's ServerApp may still be ending when its resume starts
+
+
 @contextlib.contextmanager
 def _locked(out: Path, new: bool, option: str) -> Iterator[RunDirLock]:
     """The lock on a ``flwr run``'s results directory (:mod:`fedflex.rundir`), held
@@ -545,7 +548,7 @@ def _locked(out: Path, new: bool, option: str) -> Iterator[RunDirLock]:
         When another run holds it, or (``new``) it is no longer empty.
     """
     try:
-        lock = RunDirLock(out, new=new, option=option).acquire()
+        lock = RunDirLock(out, new=new, option=option, wait=FLWR_RUN_LOCK_WAIT).acquire()
     except RunDirError as exc:
         raise RunConfigError(str(exc)) from None
     try:

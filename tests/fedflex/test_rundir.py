@@ -295,3 +295,27 @@ def test_two_runs_started_together_on_one_out_one_is_refused(tmp_path):
     assert "is in use by another fedflex run" in refused_err or "not an empty directory" in refused_err
     assert [r["round"] for r in _rows(out)] == [1, 2, 3]
     assert not (out / LOCK_FILE).exists()
+
+
+def test_a_waiting_lock_gets_the_directory_once_the_holder_lets_go(tmp_path):
+    # Prepare: a holder that ends 0.5 s from now (a stopped run's ServerApp still ending)
+    out = tmp_path / "r"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from fedflex.rundir import RunDirLock; import time; "
+            f"l = RunDirLock({str(out)!r}, new=False).acquire(); print('held', flush=True); time.sleep(0.5)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert holder.stdout.readline().strip() == "held"
+    # Execute / Assert: refused at once without waiting, taken when waiting
+    with pytest.raises(RunDirError, match="in use by another fedflex run"):
+        RunDirLock(out, new=False).acquire()
+    lock = RunDirLock(out, new=False, wait=30).acquire()
+    assert holder.wait(timeout=30) == 0
+    lock.release()

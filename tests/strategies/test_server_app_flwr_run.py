@@ -203,9 +203,12 @@ def test_a_simulation_with_fewer_supernodes_than_clients_stops_at_once_naming_th
     assert not out.exists()
 
 
-def test_the_flwr_run_lock_is_taken_once_held_for_the_block_and_released(tmp_path):
-    # Prepare
+def test_the_flwr_run_lock_is_taken_once_held_for_the_block_and_released(tmp_path, monkeypatch):
+    # Prepare: no waiting for the holder (this very block) to let go
+    from fedflex.strategies import server_app
     from fedflex.strategies.server_app import _locked
+
+    monkeypatch.setattr(server_app, "FLWR_RUN_LOCK_WAIT", 0.0)
 
     out = tmp_path / "out"
     # Execute / Assert: the block runs holding the lock (a second run is refused) ...
