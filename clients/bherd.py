@@ -9,7 +9,7 @@ balancing; used here as the BHerd paper's GraB-FedAvg baseline, its Algorithm 4)
 BHerd client (``bherd``; the paper's Algorithms 2-3). All tau plain SGD steps run
 unchanged; every mini-batch gradient z_l (the gradient the SGD step used, weight decay
 included, taken at the local iterate where it was computed) is kept, flattened, on the
-training device in ``bherd_dtype``. After the last step:
+training device in ``bherd.dtype``. After the last step:
 
 1. centre: c_l = z_l - mean(z);
 2. greedy prefix balancing (Algorithm 2): s = 0; k times pick the unselected l that
@@ -27,13 +27,13 @@ alpha = 0.1, tau = 5 -> 1 (0.5 rounds up); alpha = 0.1, tau = 4 -> 1 (at least o
 The server (:mod:`strategies.bherd`) steps w <- w - (eta / alpha) sum_i p_i g_i.
 
 Memory: tau x d stored values per training client (``benchmarks/bherd_memory.py``).
-``bherd_max_stored = M > 0`` bounds it: when tau > M the steps are cut into M
+``bherd.max_stored = M > 0`` bounds it: when tau > M the steps are cut into M
 consecutive blocks of near-equal length (``array_split``), each stored as the sum of its
 gradients; herding then runs on the block means and picks round(alpha M) blocks, and g
 is the sum of the selected blocks (still a sum of original gradients; k counts their
 steps). M >= tau is the paper's method.
 
-Combinations (``bherd_base``; the paper names them but does not define them):
+Combinations (``bherd.base``; the paper names them but does not define them):
 
 - ``fedavg``: as above.
 - ``fednova``: the same client; the server normalises each client's herded direction
@@ -255,7 +255,7 @@ class GradientStore:
         self, tau: Optional[int], dim: int, dtype: torch.dtype, device: torch.device, max_rows: int = 0
     ) -> None:
         if tau is None and max_rows > 0:
-            raise ValueError("bherd_max_stored > 0 needs the number of local steps in advance")
+            raise ValueError("bherd.max_stored > 0 needs the number of local steps in advance")
         self.growing = tau is None
         self.counts = [] if tau is None else block_sizes(tau, max_rows)
         self.rows = torch.empty(len(self.counts), dim, dtype=dtype, device=device)
@@ -396,12 +396,12 @@ def _check_sgd(inp: RuleInput, rule: str) -> None:
 def bherd_rule(inp: RuleInput) -> RuleOutput:
     """BHerd's client (see the module docstring): all steps, herding, upload g.
 
-    Options (``inp.options``): ``bherd_alpha``, ``bherd_dtype``, ``bherd_max_stored``,
-    ``bherd_base`` (``scaffold`` runs SCAFFOLD's corrected steps and control variates).
+    Options (``inp.options.bherd``): ``alpha``, ``dtype``, ``max_stored``,
+    ``bherd.base`` (``scaffold`` runs SCAFFOLD's corrected steps and control variates).
     """
     _check_sgd(inp, "bherd")
     opts = inp.options
-    alpha, dtype, max_rows, base = opts.bherd_alpha, DTYPES[opts.bherd_dtype], opts.bherd_max_stored, opts.bherd_base
+    alpha, dtype, max_rows, base = opts.bherd.alpha, DTYPES[opts.bherd.dtype], opts.bherd.max_stored, opts.bherd.base
     named = OrderedDict((k, p) for k, p in inp.model.named_parameters() if p.requires_grad)
     variates = scaffold_variates(inp, named) if base == "scaffold" else None
     x = {k: p.detach().clone() for k, p in named.items()} if variates is not None else None

@@ -8,7 +8,7 @@ first round) with the model. Every local step of client i moves along
 
     v = alpha g(y) + (1 - alpha) Delta_t,      y <- y - lr v,
 
-``alpha`` = ``fedcm_alpha`` (the paper's default 0.1). Written as
+``alpha`` = ``fedcm.alpha`` (the paper's default 0.1). Written as
 :class:`clients.train.StepTerms`: the loss gradient scaled by alpha plus the constant
 correction (1 - alpha) Delta_t, so cohorts run it too. The client sends its model; the
 server half (:mod:`strategies.fedcm`) computes the next Delta from the replies. Weight
@@ -23,7 +23,7 @@ from fedflex.clients.train import StepTerms, TrainResult
 
 
 def _start(inp: RuleInput, x: Params) -> RuleStart:
-    alpha = inp.options.fedcm_alpha
+    alpha = inp.options.fedcm.alpha
     delta = inp.payload.get(keys.FEDCM_DELTA)
     if delta is None:
         raise ValueError("fedcm: the train message carries no global momentum (fedcm-delta)")

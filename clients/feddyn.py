@@ -34,13 +34,13 @@ from fedflex.clients.train import StepTerms, TrainResult
 
 def _start(inp: RuleInput, x: Params) -> RuleStart:
     grad = load_state(inp.state, keys.FEDDYN_GRAD, x, inp.device)
-    alpha = inp.options.feddyn_alpha
+    alpha = inp.options.feddyn.alpha
     return RuleStart(StepTerms(correction={k: -g for k, g in grad.items()}, prox_mu=alpha), context=grad)
 
 
 @torch.no_grad()
 def _finish(inp: RuleInput, start: RuleStart, x: Params, y: Params, result: TrainResult) -> RuleOutput:
-    alpha = inp.options.feddyn_alpha
+    alpha = inp.options.feddyn.alpha
     grad = start.context
     new = OrderedDict((k, (grad[k] - alpha * (y[k].detach() - x[k])).cpu()) for k in x)
     if inp.state is not None:

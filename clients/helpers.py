@@ -53,6 +53,7 @@ from fedflex.clients.rules import SGD
 from fedflex.clients.scaffold import SCAFFOLD, ScaffoldVariates, scaffold_finish, scaffold_variates
 from fedflex.clients.train import StepTerms, TrainResult, TrainSettings
 from fedflex.config import LocalRuleConfig
+from fedflex.options import FedProxOptions
 
 logger = logging.getLogger(__name__)
 
@@ -339,7 +340,7 @@ class FedProxClient(RuleStepsClient):
     @classmethod
     def read_options(cls, config: Mapping[str, Any]) -> LocalRuleConfig:
         if FLOWER_PROXIMAL_MU in config:
-            return LocalRuleConfig(name="fedprox", mu=float(config[FLOWER_PROXIMAL_MU]))
+            return LocalRuleConfig(name="fedprox", fedprox=FedProxOptions(mu=float(config[FLOWER_PROXIMAL_MU])))
         return super().read_options(config)
 
 
@@ -354,17 +355,17 @@ class BHerdClient(ClientHalf):
     steps
         The number of local steps the loop will take (e.g. ``epochs *
         len(trainloader)``); needed only when the server bounds the stored gradients
-        (``bherd_max_stored`` > 0), else the store grows by one row per step.
+        (``bherd.max_stored`` > 0), else the store grows by one row per step.
     """
 
     method, rules, needs_sgd = "BHerd", ("bherd",), True
 
     def __init__(self, *args: Any, steps: Optional[int] = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if self.options.bherd_max_stored > 0 and steps is None:
+        if self.options.bherd.max_stored > 0 and steps is None:
             raise ValueError(
-                f"BHerdClient: the server bounds the stored gradients (bherd_max_stored="
-                f"{self.options.bherd_max_stored}): pass steps= (the loop's local steps, "
+                f"BHerdClient: the server bounds the stored gradients (bherd.max_stored="
+                f"{self.options.bherd.max_stored}): pass steps= (the loop's local steps, "
                 "e.g. epochs * len(trainloader))"
             )
         self.steps = steps
@@ -375,19 +376,19 @@ class BHerdClient(ClientHalf):
 
     @classmethod
     def needs_records(cls, options: LocalRuleConfig) -> tuple[str, ...]:
-        return (keys.SCAFFOLD_C,) if options.bherd_base == "scaffold" else ()
+        return (keys.SCAFFOLD_C,) if options.bherd.base == "scaffold" else ()
 
     @classmethod
     def needs_state(cls, options: LocalRuleConfig) -> bool:
-        return options.bherd_base == "scaffold"
+        return options.bherd.base == "scaffold"
 
     def _begin(self) -> GradientStore:
         if self.store is None:
             device, opts = self.device, self.options
             dim = sum(p.numel() for p in self.named.values())
-            max_rows = opts.bherd_max_stored if self.steps is not None else 0
-            self.store = GradientStore(self.steps, dim, DTYPES[opts.bherd_dtype], device, max_rows)
-            if opts.bherd_base == "scaffold":
+            max_rows = opts.bherd.max_stored if self.steps is not None else 0
+            self.store = GradientStore(self.steps, dim, DTYPES[opts.bherd.dtype], device, max_rows)
+            if opts.bherd.base == "scaffold":
                 self.variates = scaffold_variates(self.rule_input(), self.named)
                 self._x = {k: v.to(device) for k, v in self.start.items() if k in self.named}
         return self.store
@@ -405,7 +406,7 @@ class BHerdClient(ClientHalf):
         store = self._begin()
         if self.steps is not None and self.num_steps != self.steps:
             raise ValueError(f"BHerdClient: the loop took {self.num_steps} local steps, not the {self.steps} declared")
-        g, metrics = herd_reply(store, self.num_steps, self.options.bherd_alpha, self.named)
+        g, metrics = herd_reply(store, self.num_steps, self.options.bherd.alpha, self.named)
         extras = {keys.HERD_G: g}
         if self.variates is not None:
             extras[keys.SCAFFOLD_DC] = scaffold_finish(

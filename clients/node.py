@@ -76,7 +76,7 @@ def rule_input(msg: Message, context: Context, task: Task, payload: Optional[dic
     server_round = int(config[keys.SERVER_ROUND])
     options = rule_options(config)
     payload = payload_of(msg) if payload is None else payload
-    fixed_order = options.bherd_fixed_order  # same batches every round
+    fixed_order = options.fixed_order  # same batches every round
     seed = int(config[keys.SEED])
     generator = torch.Generator().manual_seed(seed * 1_000_003 + (0 if fixed_order else server_round * 10_007) + pid)
     indices = task.client_indices(pid)

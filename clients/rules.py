@@ -40,7 +40,7 @@ __all__ = ["LOCAL_RULES", "RULE_STEPS", "RuleInput", "RuleOutput", "sgd_rule", "
 
 
 def _sgd_start(inp: RuleInput, x: Params) -> RuleStart:
-    mu = inp.options.mu if inp.options.name == "fedprox" else 0.0
+    mu = inp.options.fedprox.mu if inp.options.name == "fedprox" else 0.0
     return RuleStart(StepTerms(prox_mu=mu))
 
 

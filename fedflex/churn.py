@@ -328,12 +328,6 @@ class MarkovChurn(Availability):
         self._states = np.zeros((0, self.num_clients), dtype=bool)
         self._computed = 0  # rows of _states filled (= rounds drawn)
 
-    @property
-    def stationary_share(self) -> float:
-        """Long-run probability of being online, ``p_join / (p_leave + p_join)``."""
-        total = self.p_leave + self.p_join
-        return self.p_join / total if total else self.initial_online
-
     def _extend(self, num_rounds: int) -> None:
         """Draw the states of rounds ``computed + 1 .. num_rounds``."""
         if num_rounds <= self._computed:

@@ -1,97 +1,49 @@
-"""Scenario configuration: a dataclass schema loaded with OmegaConf.
+"""Scenario configuration: the dataclass schema of a scenario.
 
 A scenario is one YAML file (see ``scenarios/``) merged over the defaults below, then
-over command-line overrides in OmegaConf dotlist form (``client.lr=0.05``). Unknown keys,
-wrong types and out-of-range values raise :class:`ConfigError`, whose message names the
-dotted key, the value and what is allowed. Nothing here knows a strategy or a client:
-the parts are named by strings that the runner resolves.
+over command-line overrides in OmegaConf dotlist form (``client.lr=0.05``), by
+:func:`fedflex.loader.load_scenario`. Each method's own options are declared in
+:mod:`fedflex.options` and nested here under their part (``strategy.sampler.hics``).
+Unknown keys, wrong types and out-of-range values raise :class:`ConfigError`, whose
+message names the dotted key, the value and what is allowed. Nothing here knows a
+strategy or a client: the parts are named by strings that the runner resolves.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
-import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Optional
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import ListConfig
 
-from fedflex.trace import read_trace
+from fedflex.checks import ConfigError
+from fedflex.checks import choice as _choice
+from fedflex.checks import int_range as _int_range
+from fedflex.checks import join as _join
+from fedflex.checks import number as _num
+from fedflex.options import (
+    AdaptiveOptions,
+    AwareOptions,
+    BHerdOptions,
+    ClusteredOptions,
+    DivFLOptions,
+    FedAMSOptions,
+    FedAvgMOptions,
+    FedCMOptions,
+    FedCorOptions,
+    FedDynOptions,
+    FedProxOptions,
+    HiCSOptions,
+    KrumOptions,
+    MethodOptions,
+    PowDOptions,
+    SessionAwareOptions,
+    TrimmedMeanOptions,
+    UniformOptions,
+)
 
-logger = logging.getLogger(__name__)
-
-
-class ConfigError(ValueError):
-    """A scenario key has a value that is not allowed.
-
-    The message is one line: ``key = value: what is allowed``.
-    """
-
-    def __init__(self, key: str, value: Any, allowed: str) -> None:
-        self.key, self.value, self.allowed = key, value, allowed
-        super().__init__(f"{key} = {value!r}: {allowed}")
-
-
-# ---------------------------------------------------------------------------- checks
-def _choice(path: str, name: str, value: Any, allowed: Sequence[str]) -> None:
-    if value not in allowed:
-        raise ConfigError(_join(path, name), value, "must be one of " + ", ".join(allowed))
-
-
-def _num(
-    path: str,
-    name: str,
-    value: Optional[float],
-    *,
-    gt: Optional[float] = None,
-    ge: Optional[float] = None,
-    lt: Optional[float] = None,
-    le: Optional[float] = None,
-    optional: bool = False,
-) -> None:
-    key = _join(path, name)
-    if value is None:
-        if optional:
-            return
-        raise ConfigError(key, value, "must be set")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):  # a config built in code
-        raise ConfigError(key, value, "must be a number")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(key, value, "must be a finite number")
-    bounds = []
-    if gt is not None:
-        bounds.append((value > gt, f"> {gt}"))
-    if ge is not None:
-        bounds.append((value >= ge, f">= {ge}"))
-    if lt is not None:
-        bounds.append((value < lt, f"< {lt}"))
-    if le is not None:
-        bounds.append((value <= le, f"<= {le}"))
-    if not all(ok for ok, _ in bounds):
-        raise ConfigError(key, value, "must be " + " and ".join(text for _, text in bounds))
-
-
-def _int_range(path: str, name: str, value: Any) -> Optional[list[int]]:
-    """``value`` as ``[lo, hi]`` with integers 1 <= lo <= hi, or None."""
-    if value is None:
-        return None
-    items = list(value) if isinstance(value, (list, tuple, ListConfig)) else None
-    ok = (
-        items is not None
-        and len(items) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in items)
-        and 1 <= items[0] <= items[1]
-    )
-    if not ok:
-        raise ConfigError(_join(path, name), value, "must be null (off) or [lo, hi] with integers 1 <= lo <= hi")
-    return [int(v) for v in items]
-
-
-def _join(path: str, name: str) -> str:
-    return f"{path}.{name}" if path else name
+__all__ = ["ConfigError"]  # re-exported: the error every config check raises
 
 
 # ---------------------------------------------------------------------------- schema
@@ -335,33 +287,6 @@ class ModelConfig:
             self.hidden = list(self.hidden)
 
 
-class _PartOptions:
-    """Options of one part type, some read only by some of its parts: ``USED_BY`` maps
-    an option to the part names that read it (options not listed are read by all).
-    :meth:`unused` lists the options set away from their default that the chosen part
-    ignores; :func:`load_scenario` warns about each."""
-
-    USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {}
-
-    def _reads(self, option: str) -> bool:
-        owners = self.USED_BY.get(option)
-        return owners is None or self.name in owners
-
-    def unused(self) -> list[tuple[str, Any, tuple[str, ...]]]:
-        """``(option, value, the parts that read it)`` for every option set away from its
-        default that the chosen part ignores."""
-        default = type(self)()
-        return [
-            (option, getattr(self, option), owners)
-            for option, owners in self.USED_BY.items()
-            if getattr(self, option) != getattr(default, option) and not self._reads(option)
-        ]
-
-    def sent(self) -> list[str]:
-        """The fields the chosen part reads (what a train message needs to carry)."""
-        return [f.name for f in dataclasses.fields(self) if self._reads(f.name)]
-
-
 @dataclass
 class ClientConfig:
     """Local training hyper-parameters, shared by every local rule.
@@ -521,100 +446,101 @@ ROBUST_AGGREGATORS = ("median", "trimmed-mean", "krum", "multikrum", "bulyan")
 PLAIN_AGGREGATORS = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedams", "fedaware", "bherd")
 AGGREGATORS = PLAIN_AGGREGATORS + ROBUST_AGGREGATORS
 INITIALIZERS = ("previous", "average", "session-aware")
-#: session-aware distance between session gradients (strategies/session_init.session_distance)
-SESSION_DISTANCES = ("l2", "normalized")
 LOCAL_RULES = ("sgd", "fedprox", "scaffold", "fednova", "bherd", "grab", "feddyn", "fedcm")
-BHERD_BASES = ("fedavg", "fednova", "scaffold")
-HICS_ESTIMATES = ("bias", "unit", "per-step")  # what HiCS-FL's entropy is taken of
-HICS_REFRESH = ("every-round", "frozen")
+
+
+class _PartOptions:
+    """Options of one part type: a few read by every part of the type (plain fields) and
+    one section per method (a :class:`~fedflex.options.MethodOptions` field, e.g.
+    ``hics``), read by the parts its class names in ``PARTS``. :meth:`unused` lists the
+    options set away from their default that the chosen part ignores (:func:`load_scenario`
+    warns about each); :meth:`sent` the fields it reads."""
+
+    name: str
+    #: plain fields read by only some parts of the type
+    COMMON_READERS: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    def sections(self) -> dict[str, MethodOptions]:
+        """Section name -> the method options it holds."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            if isinstance(getattr(self, f.name), MethodOptions)
+        }
+
+    def section_read(self, section: str) -> bool:
+        """Whether the chosen part reads ``section``."""
+        return self.name in type(self.sections()[section]).PARTS
+
+    def _reads(self, section: str, option: str) -> bool:
+        options = self.sections()[section]
+        return self.section_read(section) and self.name in options.readers(option) + self._extra_readers(section)
+
+    def _extra_readers(self, section: str) -> tuple[str, ...]:
+        return ()
+
+    def unused(self) -> list[tuple[str, Any, tuple[str, ...]]]:
+        """``(option, value, the parts that read it)`` for every option set away from its
+        default that the chosen part ignores; section options are dotted (``hics.temperature``)."""
+        default = type(self)()  # type: ignore[call-arg]
+        out = [
+            (option, getattr(self, option), owners)
+            for option, owners in self.COMMON_READERS.items()
+            if getattr(self, option) != getattr(default, option) and self.name not in owners
+        ]
+        for section, options in self.sections().items():
+            for option, value in options.changed().items():
+                if not self._reads(section, option):
+                    out.append((f"{section}.{option}", value, self._readers(section, option)))
+        return out
+
+    def _readers(self, section: str, option: str) -> tuple[str, ...]:
+        return self.sections()[section].readers(option)
+
+    def sent(self) -> list[str]:
+        """The fields the chosen part reads (what a train message needs to carry), section
+        fields dotted."""
+        out = [
+            f.name
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            if f.name not in self.sections() and self.name in self.COMMON_READERS.get(f.name, (self.name,))
+        ]
+        for section, options in self.sections().items():
+            out += [f"{section}.{f.name}" for f in dataclasses.fields(options) if self._reads(section, f.name)]
+        return out
+
+    def validate_sections(self, path: str) -> None:
+        for section, options in self.sections().items():
+            options.validate(_join(path, section))
 
 
 @dataclass
 class SamplerConfig(_PartOptions):
     """Who trains each round: ``clients_per_round`` (K) drawn from the online clients.
 
-    - ``uniform``: without replacement (``weighted``: proportional to data size).
-    - ``hics``: HiCS-FL (Chen & Vikalo, 2024): entropy estimate from the output-layer
-      bias update at temperature ``temperature``, distance angle + ``hics_lambda`` x
-      entropy gap, Ward clustering into ``num_clusters`` (0: K) groups, cluster softmax
-      with gamma_t = ``gamma0`` (1 - t/T). ``departed``: what happens to the estimates of
-      clients that go offline (``keep`` or ``drop``). ``variant``: ``paper`` (default) or
-      the authors' code (``authors``). ``ward``: ``exact`` or ``scalable`` (large N).
-      ``hics_estimate``: what the entropy is taken of: ``bias`` (the paper's bias update
-      ``db``), ``unit`` (``db / ||db||``, scale-free) or ``per-step`` (``db`` / (lr x
-      local steps)); unset: ``unit`` (``bias`` with ``variant: authors``), because on
-      FMNIST setting (2) it ranks clients in every round and reaches 75% in fewer rounds
-      (docs/hics-fl.md). ``temperature`` unset takes the estimate's default (0.0025 for
-      ``bias``, the paper's; 0.2 for ``unit``, 0.1 for ``per-step``).
-      ``hics_refresh``: ``every-round`` (the paper: a client's estimate is renewed
-      whenever it trains) or ``frozen`` (kept from the warm-up, the authors' code);
-      unset follows ``variant``.
-    - ``pow-d``: Power-of-Choice (Cho et al., 2020): ``d`` candidates (0: all online)
-      are asked for their loss on the global model; the K highest train.
-    - ``clustered``: Clustered Sampling (Fraboni et al., 2021) on update similarity.
-    - ``divfl``: DivFL (Balakrishnan et al., 2022): greedy facility location over update
-      proxies; ``divfl_proxies``: ``stale`` (each client's latest update, default) or
-      ``ideal`` (every online client trains on the current model each round before the
-      selection; ``divfl_probe_steps`` > 0 shortens that probe to so many local steps).
-    - ``fedcor``: FedCor (Tang et al., 2022): a Gaussian process over the clients' loss
-      changes (every online client reports its loss in the ``fedcor_warmup`` random
-      rounds and in 2 of every ``fedcor_refresh`` rounds), client embeddings of
-      ``fedcor_rank`` dimensions fitted to the last ``fedcor_history`` loss-change
-      vectors, greedy selection by expected global loss reduction; ``fedcor_discount``
-      lowers the assumed drop of a client per selection since the last fit.
+    ``name``: ``uniform`` (without replacement; ``uniform.weighted``: proportional to data
+    size), ``hics`` (HiCS-FL, :class:`~fedflex.options.HiCSOptions`), ``pow-d``
+    (Power-of-Choice, ``powd.d``), ``clustered`` (Clustered Sampling on update similarity),
+    ``divfl`` (DivFL), ``fedcor`` (FedCor); each method's options are its section
+    (:mod:`fedflex.options`).
 
     ``clients_per_round``: unset, 5 (or ``num_clients`` when there are fewer); a value
-    above ``num_clients`` is refused. ``explore_first``: online clients that never trained are drawn first (shuffled,
-    without replacement), then the named sampler draws (FedAWARE's exploration phase:
-    every client has a momentum after about N/K rounds instead of ~(N/K) ln N).
+    above ``num_clients`` is refused. ``explore_first``: online clients that never trained
+    are drawn first (shuffled, without replacement), then the named sampler draws
+    (FedAWARE's exploration phase: every client has a momentum after about N/K rounds
+    instead of ~(N/K) ln N).
     """
 
     name: str = "uniform"
     clients_per_round: Optional[int] = None  # unset: 5, or num_clients when fewer
     min_clients: int = 1
-    weighted: bool = False
-    temperature: Optional[float] = None  # unset: per hics_estimate (bias: 0.0025, the paper's)
-    hics_estimate: Optional[str] = None  # unset: unit (variant paper), bias (variant authors)
-    hics_refresh: Optional[str] = None  # unset: every-round (variant paper), frozen (authors)
-    hics_lambda: float = 10.0
-    gamma0: float = 4.0
-    num_clusters: int = 0
-    departed: str = "keep"
-    variant: str = "paper"
-    ward: str = "exact"
-    d: int = 0
-    divfl_proxies: str = "stale"
-    divfl_probe_steps: int = 0  # ideal proxies: 0 = the round's local training
-    fedcor_warmup: int = 15
-    fedcor_refresh: int = 10  # 0: never refit after the warm-up
-    fedcor_rank: int = 10
-    fedcor_history: int = 50
-    fedcor_discount: float = 0.9
     explore_first: bool = False
-
-    USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {
-        "weighted": ("uniform",),
-        **{
-            k: ("hics",)
-            for k in (
-                "temperature",
-                "hics_estimate",
-                "hics_refresh",
-                "hics_lambda",
-                "gamma0",
-                "num_clusters",
-                "departed",
-                "variant",
-            )
-        },
-        "ward": ("hics", "clustered"),
-        "d": ("pow-d",),
-        **{k: ("divfl",) for k in ("divfl_proxies", "divfl_probe_steps")},
-        **{
-            k: ("fedcor",)
-            for k in ("fedcor_warmup", "fedcor_refresh", "fedcor_rank", "fedcor_history", "fedcor_discount")
-        },
-    }
+    uniform: UniformOptions = field(default_factory=UniformOptions)
+    hics: HiCSOptions = field(default_factory=HiCSOptions)
+    powd: PowDOptions = field(default_factory=PowDOptions)
+    clustered: ClusteredOptions = field(default_factory=ClusteredOptions)
+    divfl: DivFLOptions = field(default_factory=DivFLOptions)
+    fedcor: FedCorOptions = field(default_factory=FedCorOptions)
 
     def validate(self, path: str) -> None:
         _choice(path, "name", self.name, SAMPLERS)
@@ -626,27 +552,7 @@ class SamplerConfig(_PartOptions):
                 self.min_clients,
                 f"must be <= clients_per_round ({self.clients_per_round})",
             )
-        _num(path, "temperature", self.temperature, gt=0, optional=True)
-        if self.hics_estimate is not None:
-            _choice(path, "hics_estimate", self.hics_estimate, HICS_ESTIMATES)
-        if self.hics_refresh is not None:
-            _choice(path, "hics_refresh", self.hics_refresh, HICS_REFRESH)
-        _num(path, "hics_lambda", self.hics_lambda, ge=0)
-        _num(path, "gamma0", self.gamma0, ge=0)
-        _num(path, "num_clusters", self.num_clusters, ge=0)
-        _choice(path, "departed", self.departed, ("keep", "drop"))
-        _choice(path, "variant", self.variant, ("paper", "authors"))
-        _choice(path, "ward", self.ward, ("exact", "scalable"))
-        _num(path, "d", self.d, ge=0)
-        _choice(path, "divfl_proxies", self.divfl_proxies, ("stale", "ideal"))
-        _num(path, "divfl_probe_steps", self.divfl_probe_steps, ge=0)
-        _num(path, "fedcor_warmup", self.fedcor_warmup, ge=1)
-        if self.fedcor_refresh == 1:
-            raise ConfigError(_join(path, "fedcor_refresh"), 1, "must be 0 (never) or >= 2 (two queries per refresh)")
-        _num(path, "fedcor_refresh", self.fedcor_refresh, ge=0)
-        _num(path, "fedcor_rank", self.fedcor_rank, ge=1)
-        _num(path, "fedcor_history", self.fedcor_history, ge=2)
-        _num(path, "fedcor_discount", self.fedcor_discount, gt=0, le=1)
+        self.validate_sections(path)
 
 
 @dataclass
@@ -657,25 +563,23 @@ class AggregatorConfig(_PartOptions):
       (``weighted``) or plain.
     - ``fedavgm`` / ``fedadam`` / ``fedyogi`` / ``fedadagrad``: server optimisers on the
       pseudo-gradient x - avg_i x_i (Hsu et al., 2019; Reddi et al., 2021): ``server_lr``,
-      ``server_momentum`` (FedAvgM), ``beta1``, ``beta2``, ``tau``.
+      ``fedavgm.momentum``, ``adaptive.beta1`` / ``beta2`` / ``tau``.
     - ``fedams``: FedAMS (Wang et al., 2022): Adam's moments with v_hat = max(v_hat, v)
-      (AMSGrad); ``beta1``, ``beta2``, ``tau`` (epsilon), ``ams_epsilon_at``: ``max``
-      (default, the paper's v_hat = max(v_hat, v, eps), step m / sqrt(v_hat)) or
-      ``denominator`` (step m / (sqrt(v_hat) + eps), FedAMSGrad).
-    - ``fedaware``: FedAWARE (Zeng et al.): per-client momenta (``aware_momentum``),
-      min-norm weights by Frank-Wolfe; see ``aware_*`` keys.
+      (AMSGrad); ``adaptive.*`` and ``fedams.epsilon_at``.
+    - ``fedaware``: FedAWARE (Zeng et al.): per-client momenta, min-norm weights by
+      Frank-Wolfe; options in ``aware`` (:class:`~fedflex.options.AwareOptions`).
     - ``bherd``: BHerd's server step w - (eta / alpha) sum_i p_i g_i.
     - Byzantine-robust (Flower's own functions, ``strategies/robust.py``): ``median``
-      (coordinate-wise median), ``trimmed-mean`` (cut ``trim_beta`` of each tail per
-      coordinate), ``krum`` / ``multikrum`` (Blanchard et al., 2017: the reply, or the
-      ``num_krum_selected`` replies (null: n - f), closest to their n - f - 2 nearest
+      (coordinate-wise median), ``trimmed-mean`` (cut ``trimmed_mean.beta`` of each tail
+      per coordinate), ``krum`` / ``multikrum`` (Blanchard et al., 2017: the reply, or the
+      ``krum.num_selected`` replies (null: n - f), closest to their n - f - 2 nearest
       neighbours; multikrum averages them by examples when ``weighted``), ``bulyan``
       (El Mhamdi et al., 2018: multikrum selection, then a coordinate-wise trimmed mean
-      around the median); ``num_malicious`` is f, the Byzantine clients to tolerate. Each
-      steps x <- x + ``server_lr`` (agg - x).
+      around the median); ``krum.num_malicious`` is f, the Byzantine clients to tolerate.
+      Each steps x <- x + ``server_lr`` (agg - x).
     ``clip_norm`` (any aggregator but bherd): each client's update (reply - global model,
     float arrays) is scaled down to at most this L2 norm before the parts see it.
-    ``aware: true`` adds the AWARE projection to a server optimiser (plug-in).
+    ``aware.enabled: true`` adds the AWARE projection to a server optimiser (plug-in).
     ``on_model_switch``: what server-optimiser state does when an initializer replaces
     the model (``keep`` or ``reset``).
     """
@@ -683,83 +587,37 @@ class AggregatorConfig(_PartOptions):
     name: str = "fedavg"
     weighted: bool = True
     server_lr: float = 1.0
-    server_momentum: float = 0.9
-    beta1: float = 0.9
-    beta2: float = 0.99
-    tau: float = 1e-3
-    ams_epsilon_at: str = "max"  # fedams: eps inside the max (paper) or added to sqrt(v_hat)
-    aware: bool = False
-    aware_momentum: float = 0.5
-    aware_normalize: bool = False
-    aware_rescale: bool = False
-    aware_warmup: bool = True
-    aware_iters: Optional[int] = None  # solver cap; unset: 250 (frank-wolfe, the authors'), 10,000 (away-steps)
-    aware_tol: float = 1e-5
-    aware_solver: str = "frank-wolfe"  # frank-wolfe (the authors') | away-steps (converges: docs/fedaware.md)
-    aware_gap_tol: float = 1e-6  # away-steps: stop at this relative duality gap
-    aware_memory: str = "full"
-    aware_layers: int = 2  # last-layers memory: the last K float tensors (2: the output layer)
-    aware_dtype: str = "float32"
-    aware_departed: str = "keep"  # offline clients: keep | exclude (from the solve) | drop
     on_model_switch: str = "keep"
-    trim_beta: float = 0.2  # trimmed-mean: fraction cut off each tail, in [0, 0.5)
-    num_malicious: int = 1  # krum / multikrum / bulyan: f, Byzantine clients tolerated
-    num_krum_selected: Optional[int] = None  # multikrum: replies averaged (null: n - f)
     clip_norm: Optional[float] = None  # max L2 norm of a client's update (null: no clipping)
+    fedavgm: FedAvgMOptions = field(default_factory=FedAvgMOptions)
+    adaptive: AdaptiveOptions = field(default_factory=AdaptiveOptions)
+    fedams: FedAMSOptions = field(default_factory=FedAMSOptions)
+    aware: AwareOptions = field(default_factory=AwareOptions)
+    trimmed_mean: TrimmedMeanOptions = field(default_factory=TrimmedMeanOptions)
+    krum: KrumOptions = field(default_factory=KrumOptions)
 
-    USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {
+    COMMON_READERS: ClassVar[dict[str, tuple[str, ...]]] = {
         # median, trimmed-mean, krum and bulyan weigh every reply alike
         "weighted": tuple(a for a in AGGREGATORS if a not in ("median", "trimmed-mean", "krum", "bulyan")),
-        "trim_beta": ("trimmed-mean",),
-        "num_malicious": ("krum", "multikrum", "bulyan"),
-        "num_krum_selected": ("multikrum",),
-        "server_momentum": ("fedavgm",),
-        **{k: ("fedadam", "fedyogi", "fedadagrad", "fedams") for k in ("beta1", "beta2", "tau")},
-        "ams_epsilon_at": ("fedams",),
-        **{
-            k: ("fedaware", "aware=true")  # or any base with aware: true (see _reads)
-            for k in (
-                "aware_momentum",
-                "aware_normalize",
-                "aware_rescale",
-                "aware_warmup",
-                "aware_iters",
-                "aware_tol",
-                "aware_solver",
-                "aware_gap_tol",
-                "aware_memory",
-                "aware_layers",
-                "aware_dtype",
-                "aware_departed",
-            )
-        },
     }
 
-    def _reads(self, option: str) -> bool:
-        return super()._reads(option) or (option.startswith("aware_") and self.aware)
+    def section_read(self, section: str) -> bool:
+        # the AWARE plug-in reads the aware section around any base
+        return super().section_read(section) or (section == "aware" and self.aware.enabled)
+
+    def _extra_readers(self, section: str) -> tuple[str, ...]:
+        return (self.name,) if section == "aware" and self.aware.enabled else ()
+
+    def _readers(self, section: str, option: str) -> tuple[str, ...]:
+        readers = super()._readers(section, option)
+        return readers + ("aware.enabled=true",) if section == "aware" else readers
 
     def validate(self, path: str) -> None:
         _choice(path, "name", self.name, AGGREGATORS)
         _num(path, "server_lr", self.server_lr, gt=0)
-        _num(path, "server_momentum", self.server_momentum, ge=0, lt=1)
-        _num(path, "beta1", self.beta1, ge=0, lt=1)
-        _num(path, "beta2", self.beta2, ge=0, lt=1)
-        _num(path, "tau", self.tau, gt=0)
-        _choice(path, "ams_epsilon_at", self.ams_epsilon_at, ("max", "denominator"))
-        _num(path, "aware_momentum", self.aware_momentum, gt=0, le=1)
-        _num(path, "aware_iters", self.aware_iters, ge=1, optional=True)
-        _num(path, "aware_tol", self.aware_tol, gt=0)
-        _choice(path, "aware_solver", self.aware_solver, ("frank-wolfe", "away-steps"))
-        _num(path, "aware_gap_tol", self.aware_gap_tol, ge=0)
-        _choice(path, "aware_memory", self.aware_memory, ("full", "last-layers"))
-        _choice(path, "aware_dtype", self.aware_dtype, ("float32", "float16", "bfloat16"))
-        _num(path, "aware_layers", self.aware_layers, ge=1)
-        _choice(path, "aware_departed", self.aware_departed, ("keep", "exclude", "drop"))
         _choice(path, "on_model_switch", self.on_model_switch, ("keep", "reset"))
-        _num(path, "trim_beta", self.trim_beta, ge=0, lt=0.5)
-        _num(path, "num_malicious", self.num_malicious, ge=0)
-        _num(path, "num_krum_selected", self.num_krum_selected, ge=1, optional=True)
         _num(path, "clip_norm", self.clip_norm, gt=0, optional=True)
+        self.validate_sections(path)
 
 
 @dataclass
@@ -768,87 +626,51 @@ class InitializerConfig(_PartOptions):
 
     - ``previous``: continue from the latest global model;
     - ``average``: the plain mean of the stored last models of earlier sessions;
-    - ``session-aware``: softmin(-R d) weights over the stored last models, d the L2
-      distance between session gradients; ``pilot_sessions`` (P), ``gradient_rounds``
-      (V), ``similarity_scale`` (R). See ``specs/session-init.md``. ``distance``: ``l2``
-      (the spec, ``||G_s - G_z||``) or ``normalized`` (the authors' code: the mean over
-      weight tensors of the distance between unit-length gradients, in [0, 2] whatever
-      the lr; docs/session-init.md).
+    - ``session-aware``: softmin(-R d) weights over the stored last models, d the distance
+      between session gradients; options in ``session_aware``
+      (:class:`~fedflex.options.SessionAwareOptions`, docs/session-init.md).
     """
 
     name: str = "previous"
-    pilot_sessions: int = 1
-    gradient_rounds: int = 1
-    similarity_scale: float = 10.0
-    distance: str = "l2"
-
-    USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {
-        k: ("session-aware",) for k in ("pilot_sessions", "gradient_rounds", "similarity_scale", "distance")
-    }
+    session_aware: SessionAwareOptions = field(default_factory=SessionAwareOptions)
 
     def validate(self, path: str) -> None:
         _choice(path, "name", self.name, INITIALIZERS)
-        _num(path, "pilot_sessions", self.pilot_sessions, ge=1)
-        _num(path, "gradient_rounds", self.gradient_rounds, ge=1)
-        _num(path, "similarity_scale", self.similarity_scale, ge=0)
-        _choice(path, "distance", self.distance, SESSION_DISTANCES)
+        self.validate_sections(path)
 
 
 @dataclass
 class LocalRuleConfig(_PartOptions):
     """What a client sends.
 
-    - ``sgd``: plain local training; ``fedprox``: + ``mu``/2 ||w - w_g||^2;
+    - ``sgd``: plain local training; ``fedprox``: + ``fedprox.mu``/2 ||w - w_g||^2;
     - ``scaffold``: control variates (Karimireddy et al., 2020), client variates kept in
       the node's state; ``fednova``: normalised averaging (Wang et al., 2020; with
       aggregator ``fedavg``, or a server optimiser for FedNova with server momentum);
-    - ``bherd``: herding selection of ``k = max(1, floor(bherd_alpha * tau + 1/2))``
-      of the tau local gradients (Luo et al., 2024); the server steps with
-      ``eta / bherd_alpha`` times their weighted sum (aggregator ``bherd``).
-      ``bherd_fixed_order``: the same batch order every round (any local rule);
-      ``bherd_dtype``: precision of the stored gradients; ``bherd_max_stored`` (0: no
-      bound): store at most this many gradient rows, consecutive steps summed into
-      blocks (herding then picks blocks); ``bherd_base``: ``fedavg``, ``fednova`` or
-      ``scaffold``, the method BHerd is combined with (see ``docs/bherd.md``).
+    - ``bherd``: herding selection of the local gradients (Luo et al., 2024; options in
+      ``bherd``, :class:`~fedflex.options.BHerdOptions`); the server steps with
+      ``eta / bherd.alpha`` times their weighted sum (aggregator ``bherd``).
     - ``grab``: GraB-FedAvg, online balancing of the local gradients (aggregator ``bherd``).
-    - ``feddyn``: FedDyn (Acar et al., 2021): the client minimises its loss
-      - <g_k, w> + ``feddyn_alpha``/2 ||w - w_g||^2 with its own g_k kept on the node;
-      the server keeps h and shifts the average by -h / alpha (``strategies/feddyn.py``).
-    - ``fedcm``: FedCM (Xu et al., 2021): local steps along ``fedcm_alpha`` g +
-      (1 - ``fedcm_alpha``) Delta, Delta the server's global momentum.
+    - ``feddyn``: FedDyn (Acar et al., 2021), ``feddyn.alpha``; the server keeps h and
+      shifts the average by -h / alpha (``strategies/feddyn.py``).
+    - ``fedcm``: FedCM (Xu et al., 2021), ``fedcm.alpha``; Delta the server's global momentum.
 
-    The rule's server half sends the options its rule reads (:meth:`sent`) with every
-    train message (:func:`fedflex.records.to_record` under ``local-rule``); the client
-    reads this class back (:func:`fedflex.records.from_record`).
+    ``fixed_order``: the same batch order every round (any local rule; BHerd's
+    experiments). The rule's server half sends the options its rule reads (:meth:`sent`)
+    with every train message (:func:`fedflex.records.to_record` under ``local-rule``); the
+    client reads this class back (:func:`fedflex.records.from_record`).
     """
 
     name: str = "sgd"
-    mu: float = 0.01
-    bherd_alpha: float = 0.5
-    bherd_fixed_order: bool = False
-    bherd_dtype: str = "float32"
-    bherd_max_stored: int = 0
-    bherd_base: str = "fedavg"
-    feddyn_alpha: float = 0.01
-    fedcm_alpha: float = 0.1
-
-    USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {
-        "mu": ("fedprox",),
-        **{k: ("bherd",) for k in ("bherd_alpha", "bherd_dtype", "bherd_max_stored")},
-        "bherd_base": ("bherd", "grab"),  # grab refuses any but fedavg (strategies.build)
-        "feddyn_alpha": ("feddyn",),
-        "fedcm_alpha": ("fedcm",),
-    }
+    fixed_order: bool = False
+    fedprox: FedProxOptions = field(default_factory=FedProxOptions)
+    bherd: BHerdOptions = field(default_factory=BHerdOptions)
+    feddyn: FedDynOptions = field(default_factory=FedDynOptions)
+    fedcm: FedCMOptions = field(default_factory=FedCMOptions)
 
     def validate(self, path: str) -> None:
         _choice(path, "name", self.name, LOCAL_RULES)
-        _num(path, "mu", self.mu, ge=0)
-        _num(path, "bherd_alpha", self.bherd_alpha, gt=0, le=1)
-        _choice(path, "bherd_dtype", self.bherd_dtype, ("float32", "float16", "bfloat16"))
-        _num(path, "bherd_max_stored", self.bherd_max_stored, ge=0)
-        _choice(path, "bherd_base", self.bherd_base, BHERD_BASES)
-        _num(path, "feddyn_alpha", self.feddyn_alpha, gt=0)
-        _num(path, "fedcm_alpha", self.fedcm_alpha, gt=0, le=1)
+        self.validate_sections(path)
 
 
 @dataclass
@@ -1277,199 +1099,13 @@ class ScenarioConfig:
             )
 
 
-# ---------------------------------------------------------------------------- loading
-def load_scenario(
-    path: Optional[str | Path | Mapping[str, Any]] = None, overrides: Iterable[str] = ()
-) -> ScenarioConfig:
-    """Load a scenario: defaults <- YAML file <- dotlist overrides; validate; return it.
-
-    ``path`` may also be a mapping of scenario keys (a scenario built in code, e.g.
-    ``dataclasses.asdict(cfg)``): it is checked as a file's content would be, and a
-    relative ``churn.trace`` resolves against the working directory.
-
-    Raises
-    ------
-    ConfigError
-        For an unknown key, a wrong type, a bad value or an unreadable file.
-    """
-    schema = OmegaConf.structured(ScenarioConfig)
-    layers: list[DictConfig | ListConfig] = []
-    file_trace = None
-    if isinstance(path, Mapping):
-        try:
-            layers.append(OmegaConf.create(dict(path)))
-        except OmegaConfBaseException as exc:
-            raise _from_omegaconf(exc) from None
-        path = None
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError("scenario", str(path), "no such file")
-        layers.append(OmegaConf.create(_read_yaml(p)))
-        file_trace = OmegaConf.select(layers[0], "churn.trace", default=None)
-    overrides = list(overrides)
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(item, None, "overrides are dotted.key=value")
-    if overrides:
-        try:
-            layers.append(OmegaConf.from_dotlist(overrides))
-        except OmegaConfBaseException as exc:
-            raise ConfigError(overrides[0].split("=")[0], overrides[0], _first_line(exc)) from None
-    try:
-        merged = OmegaConf.merge(schema, *layers)
-        cfg = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as exc:
-        error = _from_omegaconf(exc)
-        if error.key == "scenario" and overrides:  # Omegaconf did not say which key: find it
-            error = _culprit(schema, layers[:-1], overrides) or error
-        raise error from None
-    if not isinstance(cfg, ScenarioConfig):
-        raise ConfigError("scenario", str(path), "did not load as a scenario")
-    cfg.validate()
-    warn_unused(cfg)
-    if cfg.churn.trace:
-        from_file = (
-            path is not None and file_trace is not None and not any(o.startswith("churn.trace=") for o in overrides)
-        )
-        base = Path(path).resolve().parent if from_file else Path.cwd()
-        cfg.churn.trace = str((base / Path(cfg.churn.trace).expanduser()).resolve())
-    if cfg.churn.kind == "trace":
-        try:
-            read_trace(cfg.churn.trace, cfg.num_clients)
-        except ValueError as exc:
-            raise ConfigError("churn.trace", cfg.churn.trace, str(exc)) from None
-    return cfg
+#: names that moved to :mod:`fedflex.loader`, still importable from here
+_LOADER_NAMES = ("load_scenario", "warn_unused", "to_yaml")
 
 
-def warn_unused(cfg: ScenarioConfig) -> list[str]:
-    """Warn (and return the warnings) for every part option set away from its default
-    that the chosen part does not read, e.g. ``strategy.local_rule.mu`` with rule sgd."""
-    said = []
-    for part in ("sampler", "aggregator", "initializer", "local_rule"):
-        options = getattr(cfg.strategy, part)
-        for option, value, owners in options.unused():
-            said.append(
-                f"strategy.{part}.{option}={value} does nothing for {part.replace('_', ' ')} {options.name} "
-                f"(read by: {', '.join(owners)})"
-            )
-    for option, value, decider, readers in cfg.client.unused():
-        said.append(
-            f"client.{option}={value} does nothing for client.{decider} {getattr(cfg.client, decider)} "
-            f"(read by {decider}: {', '.join(readers)})"
-        )
-    for message in said:
-        logger.warning(message)
-    return said
+def __getattr__(name: str) -> Any:
+    if name in _LOADER_NAMES:
+        from fedflex import loader
 
-
-class _DuplicateKey(Exception):
-    pass
-
-
-def _unique_key_loader():
-    """A yaml SafeLoader class that refuses a key given twice in one mapping (built on
-    first use: yaml is imported only when a scenario file is read)."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def construct_mapping(loader, node, deep=False):
-        seen: dict[Any, Any] = {}
-        for key_node, _ in node.value:
-            key = loader.construct_object(key_node, deep=deep)
-            if key in seen:
-                mark = key_node.start_mark
-                raise _DuplicateKey(
-                    f"key {key!r} given twice (line {seen[key] + 1}, and line {mark.line + 1} column {mark.column + 1})"
-                )
-            seen[key] = key_node.start_mark.line
-        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
-    return Loader
-
-
-def _read_yaml(p: Path) -> dict:
-    """A scenario file's mapping; syntax errors name the line and column, a key given
-    twice names both lines, a top level that is not a mapping is refused."""
-    import yaml
-
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError("scenario", str(p), f"cannot be read ({exc})") from None
-    try:
-        data = yaml.load(text, Loader=_unique_key_loader())
-    except _DuplicateKey as exc:
-        raise ConfigError("scenario", str(p), str(exc)) from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise ConfigError("scenario", str(p), f"not valid YAML ({where}{exc.problem or exc.context})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError("scenario", str(p), f"not valid YAML ({_first_line(exc)})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(
-            "scenario",
-            str(p),
-            f"the top level must be a mapping of keys (name: ..., rounds: ...), not a {type(data).__name__}",
-        )
-    return data
-
-
-def _culprit(schema, file_layers: list, overrides: list[str]) -> Optional[ConfigError]:
-    """The first override that fails on its own, as a ConfigError naming its key."""
-    for item in overrides:
-        key, _, value = item.partition("=")
-        try:
-            OmegaConf.to_object(OmegaConf.merge(schema, *file_layers, OmegaConf.from_dotlist([item])))
-        except OmegaConfBaseException as exc:
-            return ConfigError(key, value, _first_line(exc))
-    return None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-def _from_omegaconf(exc: OmegaConfBaseException) -> ConfigError:
-    key = getattr(exc, "full_key", None) or "scenario"
-    msg = _first_line(exc)
-    if "not in struct" in msg or "Key '" in msg and "not in" in msg:
-        allowed = "unknown key"
-        parent = key.rsplit(".", 1)[0] if "." in key else ""
-        known = _known_keys(parent)
-        if known:
-            allowed += "; known keys here: " + ", ".join(known)
-        return ConfigError(key, getattr(exc, "key", key), allowed)
-    value = getattr(exc, "value", None) if hasattr(exc, "value") else None
-    return ConfigError(key, value, msg)
-
-
-def _known_keys(parent: str) -> list[str]:
-    node: Any = ScenarioConfig
-    for part in [p for p in parent.split(".") if p]:
-        fields = {f.name: f for f in dataclasses.fields(node)} if dataclasses.is_dataclass(node) else {}
-        if part not in fields:
-            return []
-        default = fields[part].default_factory if fields[part].default_factory is not dataclasses.MISSING else None
-        node = default() if default else None
-        if node is None or not dataclasses.is_dataclass(node):
-            return []
-        node = type(node)
-    return [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else []
-
-
-def to_yaml(cfg: ScenarioConfig) -> str:
-    """The fully resolved scenario as YAML (what ``config.yaml`` holds)."""
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
-
-
-def to_dict(cfg: Any) -> dict:
-    """A plain dict of a (sub-)config, for JSON and for messages."""
-    return dataclasses.asdict(cfg)
+        return getattr(loader, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,9 +3,10 @@
 The server writes a typed options object (:class:`~fedflex.config.ClientConfig`,
 :class:`~fedflex.config.LocalRuleConfig`) into a train message with :func:`to_record`;
 the client reads the same class back with :func:`from_record`. Keys are
-``<prefix>.<field>`` with the field name in kebab case (``local-rule.bherd-alpha``), the
-house style of :mod:`fedflex.keys`. Defaults live in the dataclass alone: a field that
-is ``None`` is not sent, and a field the record lacks takes the class default.
+``<prefix>.<field>`` with the field name in kebab case (``local-rule.fixed-order``), the
+house style of :mod:`fedflex.keys`; a nested options object (a method's section) adds its
+name (``local-rule.bherd.max-stored``). Defaults live in the dataclass alone: a field
+that is ``None`` is not sent, and a field the record lacks takes the class default.
 
 Examples
 --------
@@ -38,21 +39,28 @@ def record_key(prefix: str, name: str) -> str:
 
 
 def to_record(obj: Any, prefix: str, only: Optional[Iterable[str]] = None) -> dict[str, Any]:
-    """The scalar fields of dataclass ``obj`` (those named in ``only``, when given) as
+    """The scalar fields of dataclass ``obj`` (those named in ``only``, when given; a
+    nested dataclass's fields as ``section.field``, or all of them under ``section``) as
     ConfigRecord entries; ``None`` values are left out. A list of ints (e.g.
     ``client.epochs_range``) travels as a ConfigRecord list.
 
     Raises
     ------
     TypeError
-        For a field whose value is not a bool, int, float, str, list of ints or None.
+        For a field whose value is not a bool, int, float, str, list of ints, a dataclass
+        of those, or None.
     """
     names = set(only) if only is not None else None
     out: dict[str, Any] = {}
     for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            inner = None if names is None or f.name in names else _under(names, f.name)
+            if inner is None or inner:
+                out.update(to_record(value, record_key(prefix, f.name), only=inner))
+            continue
         if names is not None and f.name not in names:
             continue
-        value = getattr(obj, f.name)
         if value is None:
             continue
         if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
@@ -64,6 +72,10 @@ def to_record(obj: Any, prefix: str, only: Optional[Iterable[str]] = None) -> di
     return out
 
 
+def _under(names: set[str], section: str) -> set[str]:
+    return {n.split(".", 1)[1] for n in names if n.startswith(section + ".")}
+
+
 def from_record(cls: type[T], record: Mapping[str, Any], prefix: str) -> T:
     """An instance of dataclass ``cls`` from the entries :func:`to_record` wrote; fields
     the record lacks take their defaults. Values are cast to the field's type."""
@@ -71,7 +83,9 @@ def from_record(cls: type[T], record: Mapping[str, Any], prefix: str) -> T:
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         key = record_key(prefix, f.name)
-        if key in record:
+        if isinstance(hints[f.name], type) and dataclasses.is_dataclass(hints[f.name]):
+            kwargs[f.name] = from_record(hints[f.name], record, key)
+        elif key in record:
             kwargs[f.name] = _cast(hints[f.name], record[key])
     return cls(**kwargs)
 

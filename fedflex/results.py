@@ -20,6 +20,8 @@ from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
+from fedflex.statefile import StateFileError, read_state, write_state
+
 logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.yaml"
@@ -28,7 +30,7 @@ SUMMARY_FILE = "summary.json"
 MODEL_FILE = "model.npz"
 ACCURACY_PLOT = "accuracy.png"
 CHURN_PLOT = "churn.png"
-CHECKPOINT_FILE = "checkpoint.npz"  # strategies.server_app.save_checkpoint
+CHECKPOINT_FILE = "checkpoint.npz"  # save_checkpoint / load_checkpoint
 LEGACY_CHECKPOINT_FILE = "checkpoint.pkl"  # a pickle (fedflex before issue 26): never loaded
 
 
@@ -375,3 +377,62 @@ def plot_churn(timeline: np.ndarray, rows: list[dict[str, Any]], path: Path, tit
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+# ---------------------------------------------------------------------------- checkpoints
+class CheckpointError(RuntimeError):
+    """A checkpoint file that cannot be read back."""
+
+
+CHECKPOINT_FORMAT = "fedflex-checkpoint"
+CHECKPOINT_VERSION = 1
+
+
+def save_checkpoint(out_dir: Path, server_round: int, strategy, run_wall_s: float = 0.0) -> None:
+    """The server state after ``server_round`` (atomic write, :func:`fedflex.statefile.write_state`:
+    the arrays in an ``.npz``, the rest as JSON; nothing that loading could execute);
+    ``run_wall_s``: the run's wall time so far (summed over resumes)."""
+    state = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "round": server_round,
+        "strategy": strategy.state_dict(),
+        "run_wall_s": run_wall_s,
+    }
+    write_state(Path(out_dir) / CHECKPOINT_FILE, state)
+
+
+def load_checkpoint(out_dir: Path) -> dict:
+    """A run directory's checkpoint (written by :func:`save_checkpoint`), read without
+    unpickling anything. A ``checkpoint.pkl`` of an older fedflex is refused unread.
+
+    Raises
+    ------
+    CheckpointError
+        When the file is missing, damaged, not a fedflex checkpoint, or an old pickle.
+    """
+    path = Path(out_dir) / CHECKPOINT_FILE
+    legacy = Path(out_dir) / LEGACY_CHECKPOINT_FILE
+    if not path.is_file() and legacy.is_file():
+        raise CheckpointError(
+            f"{legacy} is a pickle checkpoint of an older fedflex and is not loaded (loading a pickle can run "
+            "code): start the run again, or resume it with the fedflex version that wrote it"
+        )
+    try:
+        checkpoint = read_state(path)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such file") from None
+    except StateFileError as exc:
+        raise CheckpointError(f"{exc}; it cannot be resumed") from None
+    if (
+        not isinstance(checkpoint, dict)
+        or checkpoint.get("format") != CHECKPOINT_FORMAT
+        or not {"round", "strategy"} <= set(checkpoint)
+    ):
+        raise CheckpointError(f"{path} is not a fedflex checkpoint; it cannot be resumed")
+    if checkpoint.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(
+            f"{path} is a checkpoint of format version {checkpoint.get('version')} (this fedflex reads "
+            f"{CHECKPOINT_VERSION}); it cannot be resumed"
+        )
+    return checkpoint

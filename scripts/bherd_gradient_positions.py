@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fedflex.clients.bherd import centered_gram, herd_k, herd_select  # noqa: E402
-from fedflex.config import load_scenario  # noqa: E402
 from fedflex.data import load_dataset  # noqa: E402
+from fedflex.loader import load_scenario  # noqa: E402
 from fedflex.models import build_model  # noqa: E402
 from fedflex.partition import partition_data  # noqa: E402
 

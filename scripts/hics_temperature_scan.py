@@ -29,8 +29,8 @@ from scipy.stats import spearmanr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fedflex.config import load_scenario  # noqa: E402
 from fedflex.data import load_dataset  # noqa: E402
+from fedflex.loader import load_scenario  # noqa: E402
 from fedflex.models import build_model, output_bias_key  # noqa: E402
 from fedflex.partition import partition_data  # noqa: E402
 from fedflex.strategies.hics import entropy, scaled_update, softmax  # noqa: E402

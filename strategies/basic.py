@@ -13,6 +13,7 @@ import numpy as np
 
 from fedflex import keys
 from fedflex.arrays import is_float
+from fedflex.options import UniformOptions, resolve_options
 from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate, Initializer, PartWrapper, Sampler
 
 
@@ -64,9 +65,9 @@ class UniformSampler(Sampler):
 
     name = "uniform"
 
-    def __init__(self, seed: int, weighted: bool = False) -> None:
+    def __init__(self, seed: int, options: Optional[UniformOptions] = None, **fields: Any) -> None:
         self.rng = np.random.default_rng(seed)
-        self.weighted = weighted
+        self.weighted = resolve_options(UniformOptions, options, fields, "strategy.sampler.uniform").weighted
         self.sizes: dict[int, int] = {}
 
     def sample(self, server_round: int, online: np.ndarray, num: int) -> np.ndarray:

@@ -146,7 +146,7 @@ class BHerdAggregator(Aggregator):
         weights = np.array([u.num_examples if self.weighted else 1.0 for u in updates], dtype=np.float64)
         coefs, figures = bherd_coefficients(
             self.divisor,
-            self.lr,
+            self.round_lr(self.lr),
             self.alpha,
             weights,
             metric(keys.HERD_ALPHA_I),

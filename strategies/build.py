@@ -8,7 +8,7 @@ cannot work together.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict
 from logging import WARNING
 from typing import Callable, Mapping, Optional
 
@@ -16,19 +16,20 @@ from flwr.common import log
 
 from fedflex.churn import Availability, SessionTracker
 from fedflex.config import ROBUST_AGGREGATORS, ConfigError, ScenarioConfig
+from fedflex.options import AWARE_BASES
 from fedflex.strategies.basic import ExploreFirstSampler, FedAvgAggregator, PreviousInitializer, UniformSampler
 from fedflex.strategies.bherd import BHerdAggregator
 from fedflex.strategies.clustered import ClusteredSampler
 from fedflex.strategies.divfl import DivFLSampler
-from fedflex.strategies.fedaware import AWARE_BASES, make_fedaware, with_aware
+from fedflex.strategies.fedaware import AwarePlugin, FedAwareAggregator
 from fedflex.strategies.fedcm import FedCMServer
 from fedflex.strategies.fedcor import FedCorSampler
 from fedflex.strategies.feddyn import FedDynServer
 from fedflex.strategies.fedflex import FedFlex
 from fedflex.strategies.fednova import FedNovaServer
-from fedflex.strategies.hics import hics_from_config
+from fedflex.strategies.hics import HiCSSampler
 from fedflex.strategies.optimizers import FedAdagrad, FedAdam, FedAMS, FedAvgM, FedYogi
-from fedflex.strategies.parts import Aggregator, Initializer, Sampler, ServerRule
+from fedflex.strategies.parts import Aggregator, Initializer, ModelInfo, Sampler, ServerRule
 from fedflex.strategies.powd import PowDSampler
 from fedflex.strategies.replies import MB, ReplyLimits
 from fedflex.strategies.robust import BulyanAggregator, KrumAggregator, MedianAggregator, TrimmedMeanAggregator
@@ -36,117 +37,123 @@ from fedflex.strategies.scaffold import ScaffoldServer
 from fedflex.strategies.session_init import AverageInitializer, SessionAwareInitializer
 
 
-@dataclass(frozen=True)
-class ModelInfo:
-    """What parts may need to know about the model (the server builds it)."""
-
-    output_bias_key: Optional[str] = None  # state-dict key of the classification layer's bias
-    num_classes: int = 0
-    input_shape: tuple[int, ...] = ()
-
-
 def _reset(cfg: ScenarioConfig) -> bool:
     return cfg.strategy.aggregator.on_model_switch == "reset"
 
 
-def _opt_kwargs(cfg: ScenarioConfig) -> dict:
-    a = cfg.strategy.aggregator
-    return {"server_lr": a.server_lr, "weighted": a.weighted, "reset_on_switch": _reset(cfg)}
+#: each part's random generator is seeded with the scenario's seed plus its offset (kept as
+#: the first release had them: a common SeedSequence would change every run's draws)
+SEED_OFFSETS = {
+    "uniform": 1,
+    "session-aware": 3,
+    "hics": 11,
+    "pow-d": 12,
+    "clustered": 13,
+    "explore-first": 14,
+    "divfl": 15,
+    "fedcor": 16,
+}
 
 
-def _adaptive(cls):
-    def make(cfg: ScenarioConfig):
+def seed(cfg: ScenarioConfig, part: str) -> int:
+    """The seed of part ``part``'s generator."""
+    return cfg.seed + SEED_OFFSETS[part]
+
+
+def _server_opt(cls, *sections: str):
+    """A server optimiser from the aggregator's common options and the fields of its sections."""
+
+    def make(cfg: ScenarioConfig, model: ModelInfo):
         a = cfg.strategy.aggregator
-        return cls(beta1=a.beta1, beta2=a.beta2, tau=a.tau, **_opt_kwargs(cfg))
+        fields = {k: v for section in sections for k, v in asdict(getattr(a, section)).items()}
+        return cls(server_lr=a.server_lr, weighted=a.weighted, reset_on_switch=_reset(cfg), **fields)
 
     return make
 
 
-#: the model of the strategy being built (see :func:`build_strategy`)
-MODEL_INFO = ModelInfo()
-
-SAMPLERS: dict[str, Callable[[ScenarioConfig], Sampler]] = {
-    "uniform": lambda cfg: UniformSampler(seed=cfg.seed + 1, weighted=cfg.strategy.sampler.weighted),
-    "hics": lambda cfg: hics_from_config(cfg, MODEL_INFO.output_bias_key),
-    "pow-d": lambda cfg: PowDSampler(
-        seed=cfg.seed + 12, d=cfg.strategy.sampler.d, clients_per_round=cfg.strategy.sampler.clients_per_round
+SAMPLERS: dict[str, Callable[[ScenarioConfig, ModelInfo], Sampler]] = {
+    "uniform": lambda cfg, model: UniformSampler(seed(cfg, "uniform"), cfg.strategy.sampler.uniform),
+    "hics": lambda cfg, model: HiCSSampler(
+        options=cfg.strategy.sampler.hics,
+        bias_key=model.output_bias_key,
+        num_clients=cfg.num_clients,
+        rounds=cfg.rounds,
+        seed=seed(cfg, "hics"),
+        lr=cfg.client.lr,
     ),
-    "clustered": lambda cfg: ClusteredSampler(seed=cfg.seed + 13, ward=cfg.strategy.sampler.ward),
-    "divfl": lambda cfg: DivFLSampler(
-        seed=cfg.seed + 15,
-        proxies=cfg.strategy.sampler.divfl_proxies,
-        probe_steps=cfg.strategy.sampler.divfl_probe_steps,
+    "pow-d": lambda cfg, model: PowDSampler(
+        seed=seed(cfg, "pow-d"),
+        options=cfg.strategy.sampler.powd,
+        clients_per_round=cfg.strategy.sampler.clients_per_round,
     ),
-    "fedcor": lambda cfg: FedCorSampler(
-        seed=cfg.seed + 16,
-        warmup=cfg.strategy.sampler.fedcor_warmup,
-        refresh=cfg.strategy.sampler.fedcor_refresh,
-        rank=cfg.strategy.sampler.fedcor_rank,
-        history=cfg.strategy.sampler.fedcor_history,
-        discount=cfg.strategy.sampler.fedcor_discount,
+    "clustered": lambda cfg, model: ClusteredSampler(
+        seed=seed(cfg, "clustered"), options=cfg.strategy.sampler.clustered
     ),
+    "divfl": lambda cfg, model: DivFLSampler(seed=seed(cfg, "divfl"), options=cfg.strategy.sampler.divfl),
+    "fedcor": lambda cfg, model: FedCorSampler(seed=seed(cfg, "fedcor"), options=cfg.strategy.sampler.fedcor),
 }
 
-AGGREGATORS: dict[str, Callable[[ScenarioConfig], Aggregator]] = {
-    # with_aware: `strategy.aggregator.aware: true` wraps the base in the AWARE plug-in
-    "fedavg": with_aware(
-        lambda cfg: FedAvgAggregator(
-            weighted=cfg.strategy.aggregator.weighted, server_lr=cfg.strategy.aggregator.server_lr
-        )
+AGGREGATORS: dict[str, Callable[[ScenarioConfig, ModelInfo], Aggregator]] = {
+    # with_aware: `strategy.aggregator.aware.enabled` wraps the base in the AWARE plug-in
+    "fedavg": lambda cfg, model: FedAvgAggregator(
+        weighted=cfg.strategy.aggregator.weighted, server_lr=cfg.strategy.aggregator.server_lr
     ),
-    "fedavgm": with_aware(lambda cfg: FedAvgM(momentum=cfg.strategy.aggregator.server_momentum, **_opt_kwargs(cfg))),
-    "fedadam": with_aware(_adaptive(FedAdam)),
-    "fedyogi": with_aware(_adaptive(FedYogi)),
-    "fedadagrad": with_aware(_adaptive(FedAdagrad)),
-    "fedams": with_aware(
-        lambda cfg: FedAMS(
-            beta1=cfg.strategy.aggregator.beta1,
-            beta2=cfg.strategy.aggregator.beta2,
-            tau=cfg.strategy.aggregator.tau,
-            epsilon_at=cfg.strategy.aggregator.ams_epsilon_at,
-            **_opt_kwargs(cfg),
-        )
+    "fedavgm": _server_opt(FedAvgM, "fedavgm"),
+    "fedadam": _server_opt(FedAdam, "adaptive"),
+    "fedyogi": _server_opt(FedYogi, "adaptive"),
+    "fedadagrad": _server_opt(FedAdagrad, "adaptive"),
+    "fedams": _server_opt(FedAMS, "adaptive", "fedams"),
+    "fedaware": lambda cfg, model: FedAwareAggregator(
+        cfg.num_clients,
+        cfg.strategy.aggregator.aware,
+        server_lr=cfg.strategy.aggregator.server_lr,
+        weighted=cfg.strategy.aggregator.weighted,
+        reset_on_switch=_reset(cfg),
     ),
-    "fedaware": make_fedaware,
-    "bherd": lambda cfg: _bherd_aggregator(cfg),
+    "bherd": lambda cfg, model: _bherd_aggregator(cfg),
     # Byzantine-robust (strategies/robust.py: Flower's FedMedian, FedTrimmedAvg, Krum, MultiKrum, Bulyan)
-    "median": lambda cfg: MedianAggregator(server_lr=cfg.strategy.aggregator.server_lr),
-    "trimmed-mean": lambda cfg: TrimmedMeanAggregator(
-        cfg.strategy.aggregator.trim_beta, server_lr=cfg.strategy.aggregator.server_lr
+    "median": lambda cfg, model: MedianAggregator(server_lr=cfg.strategy.aggregator.server_lr),
+    "trimmed-mean": lambda cfg, model: TrimmedMeanAggregator(
+        cfg.strategy.aggregator.trimmed_mean.beta, server_lr=cfg.strategy.aggregator.server_lr
     ),
-    "krum": lambda cfg: KrumAggregator(
-        cfg.strategy.aggregator.num_malicious, select=1, server_lr=cfg.strategy.aggregator.server_lr
+    "krum": lambda cfg, model: KrumAggregator(
+        cfg.strategy.aggregator.krum.num_malicious, select=1, server_lr=cfg.strategy.aggregator.server_lr
     ),
-    "multikrum": lambda cfg: KrumAggregator(
-        cfg.strategy.aggregator.num_malicious,
-        select=cfg.strategy.aggregator.num_krum_selected,
+    "multikrum": lambda cfg, model: KrumAggregator(
+        cfg.strategy.aggregator.krum.num_malicious,
+        select=cfg.strategy.aggregator.krum.num_selected,
         weighted=cfg.strategy.aggregator.weighted,
         server_lr=cfg.strategy.aggregator.server_lr,
     ),
-    "bulyan": lambda cfg: BulyanAggregator(
-        cfg.strategy.aggregator.num_malicious, server_lr=cfg.strategy.aggregator.server_lr
+    "bulyan": lambda cfg, model: BulyanAggregator(
+        cfg.strategy.aggregator.krum.num_malicious, server_lr=cfg.strategy.aggregator.server_lr
     ),
 }
 
-INITIALIZERS: dict[str, Callable[[ScenarioConfig], Initializer]] = {
-    "previous": lambda cfg: PreviousInitializer(),
-    "average": lambda cfg: AverageInitializer(),
-    "session-aware": lambda cfg: SessionAwareInitializer(
-        pilot_sessions=cfg.strategy.initializer.pilot_sessions,
-        gradient_rounds=cfg.strategy.initializer.gradient_rounds,
-        similarity_scale=cfg.strategy.initializer.similarity_scale,
-        distance=cfg.strategy.initializer.distance,
+INITIALIZERS: dict[str, Callable[[ScenarioConfig, ModelInfo], Initializer]] = {
+    "previous": lambda cfg, model: PreviousInitializer(),
+    "average": lambda cfg, model: AverageInitializer(),
+    "session-aware": lambda cfg, model: SessionAwareInitializer(
+        cfg.strategy.initializer.session_aware,
         clients_per_round=cfg.strategy.sampler.clients_per_round,
-        seed=cfg.seed + 3,
+        seed=seed(cfg, "session-aware"),
     ),
 }
+
+
+def _aggregator(cfg: ScenarioConfig, model: ModelInfo) -> Aggregator:
+    a = cfg.strategy.aggregator
+    base = AGGREGATORS[a.name](cfg, model)
+    if a.aware.enabled:  # the AWARE plug-in around a server optimiser
+        return AwarePlugin(base, cfg.num_clients, a.aware, reset_on_switch=_reset(cfg))
+    return base
 
 
 def _bherd_aggregator(cfg: ScenarioConfig) -> BHerdAggregator:
     """BHerd's step with the divisor of the local rule: configured alpha (bherd),
     reported alpha_t (grab) or FedNova's tau_eff / k_i (bherd on fednova)."""
     r, a = cfg.strategy.local_rule, cfg.strategy.aggregator
-    divisor = "reported" if r.name == "grab" else ("fednova" if r.bherd_base == "fednova" else "alpha")
+    divisor = "reported" if r.name == "grab" else ("fednova" if r.bherd.base == "fednova" else "alpha")
     if cfg.client.momentum > 0:
         log(
             WARNING,
@@ -154,14 +161,14 @@ def _bherd_aggregator(cfg: ScenarioConfig) -> BHerdAggregator:
             "not the momentum steps the clients took (alpha=1 is then not FedAvg)",
             cfg.client.momentum,
         )
-    if r.name == "bherd" and r.bherd_alpha == 1.0:
+    if r.name == "bherd" and r.bherd.alpha == 1.0:
         log(
             WARNING,
-            "bherd with bherd_alpha=1 uploads every gradient: it is %s",
-            {"fedavg": "FedAvg", "fednova": "FedNova", "scaffold": "SCAFFOLD"}[r.bherd_base],
+            "bherd with bherd.alpha=1 uploads every gradient: it is %s",
+            {"fedavg": "FedAvg", "fednova": "FedNova", "scaffold": "SCAFFOLD"}[r.bherd.base],
         )
     return BHerdAggregator(
-        lr=cfg.client.lr, alpha=r.bherd_alpha, divisor=divisor, weighted=a.weighted, server_lr=a.server_lr
+        lr=cfg.client.lr, alpha=r.bherd.alpha, divisor=divisor, weighted=a.weighted, server_lr=a.server_lr
     )
 
 
@@ -170,17 +177,23 @@ def _scaffold(cfg: ScenarioConfig) -> ScaffoldServer:
 
 
 #: server halves of local rules: each sends its rule's options with the train messages
-SERVER_RULES: dict[str, Callable[[ScenarioConfig], ServerRule]] = {
-    "sgd": lambda cfg: ServerRule(cfg.strategy.local_rule),
-    "fedprox": lambda cfg: ServerRule(cfg.strategy.local_rule),
-    "scaffold": _scaffold,
-    "fednova": lambda cfg: FedNovaServer(weighted=cfg.strategy.aggregator.weighted, options=cfg.strategy.local_rule),
-    "bherd": lambda cfg: (
-        _scaffold(cfg) if cfg.strategy.local_rule.bherd_base == "scaffold" else ServerRule(cfg.strategy.local_rule)
+SERVER_RULES: dict[str, Callable[[ScenarioConfig, ModelInfo], ServerRule]] = {
+    "sgd": lambda cfg, model: ServerRule(cfg.strategy.local_rule),
+    "fedprox": lambda cfg, model: ServerRule(cfg.strategy.local_rule),
+    "scaffold": lambda cfg, model: _scaffold(cfg),
+    "fednova": lambda cfg, model: FedNovaServer(
+        weighted=cfg.strategy.aggregator.weighted, options=cfg.strategy.local_rule
     ),
-    "grab": lambda cfg: ServerRule(cfg.strategy.local_rule),
-    "feddyn": lambda cfg: FedDynServer(cfg.num_clients, reset_on_switch=_reset(cfg), options=cfg.strategy.local_rule),
-    "fedcm": lambda cfg: FedCMServer(cfg.client.lr, reset_on_switch=_reset(cfg), options=cfg.strategy.local_rule),
+    "bherd": lambda cfg, model: (
+        _scaffold(cfg) if cfg.strategy.local_rule.bherd.base == "scaffold" else ServerRule(cfg.strategy.local_rule)
+    ),
+    "grab": lambda cfg, model: ServerRule(cfg.strategy.local_rule),
+    "feddyn": lambda cfg, model: FedDynServer(
+        cfg.num_clients, reset_on_switch=_reset(cfg), options=cfg.strategy.local_rule
+    ),
+    "fedcm": lambda cfg, model: FedCMServer(
+        cfg.client.lr, reset_on_switch=_reset(cfg), options=cfg.strategy.local_rule
+    ),
 }
 
 #: local rules that upload a selected-gradient sum for aggregator ``bherd``
@@ -204,9 +217,9 @@ def _check_herding(cfg: ScenarioConfig) -> None:
             f"needs strategy.aggregator.name=bherd (w - eta/alpha sum_i p_i g_i); "
             f"{s.aggregator.name} would ignore the selected gradients",
         )
-    if rule.name == "grab" and rule.bherd_base != "fedavg":
+    if rule.name == "grab" and rule.bherd.base != "fedavg":
         raise ConfigError(
-            "strategy.local_rule.bherd_base", rule.bherd_base, "local rule grab is GraB-FedAvg: only fedavg"
+            "strategy.local_rule.bherd.base", rule.bherd.base, "local rule grab is GraB-FedAvg: only fedavg"
         )
     if rule.name in HERDING_RULES + ("fednova", "fedcm") and cfg.client.optimizer != "sgd":
         raise ConfigError(
@@ -234,6 +247,7 @@ def _check_robust(cfg: ScenarioConfig) -> None:
     """Robust aggregators and clipping: refuse what cannot work or would not be robust,
     warn about what amounts to something plainer."""
     s, a, k = cfg.strategy, cfg.strategy.aggregator, cfg.strategy.sampler.clients_per_round
+    f, selected = a.krum.num_malicious, a.krum.num_selected
     if a.name in ROBUST_AGGREGATORS and s.local_rule.name not in ROBUST_RULES:
         raise ConfigError(
             "strategy.local_rule.name",
@@ -248,28 +262,28 @@ def _check_robust(cfg: ScenarioConfig) -> None:
         else:
             part = "local rule fednova rebuilds every model from its fednova-d record"
         raise ConfigError("strategy.aggregator.clip_norm", a.clip_norm, f"{part}, not the clipped model; leave it null")
-    need = {"krum": 2 * a.num_malicious + 3, "multikrum": 2 * a.num_malicious + 3, "bulyan": 4 * a.num_malicious + 3}
+    need = {"krum": 2 * f + 3, "multikrum": 2 * f + 3, "bulyan": 4 * f + 3}
     if a.name in need and k < need[a.name]:
         rule = "4f + 3" if a.name == "bulyan" else "2f + 3"
         raise ConfigError(
             "strategy.sampler.clients_per_round",
             k,
-            f"aggregator {a.name} with num_malicious={a.num_malicious} needs at least {rule} = {need[a.name]} replies",
+            f"aggregator {a.name} with krum.num_malicious={f} needs at least {rule} = {need[a.name]} replies",
         )
-    if a.name == "multikrum" and a.num_krum_selected is not None and a.num_krum_selected > k - a.num_malicious:
+    if a.name == "multikrum" and selected is not None and selected > k - f:
         raise ConfigError(
-            "strategy.aggregator.num_krum_selected",
-            a.num_krum_selected,
-            f"must be <= clients_per_round - num_malicious = {k - a.num_malicious}",
+            "strategy.aggregator.krum.num_selected",
+            selected,
+            f"must be <= clients_per_round - krum.num_malicious = {k - f}",
         )
-    if a.name == "trimmed-mean" and int(a.trim_beta * k) == 0:
+    if a.name == "trimmed-mean" and int(a.trimmed_mean.beta * k) == 0:
         log(
             WARNING,
-            "trimmed-mean with trim_beta=%s trims nothing from %d replies: it is the plain mean",
-            a.trim_beta,
+            "trimmed-mean with trimmed_mean.beta=%s trims nothing from %d replies: it is the plain mean",
+            a.trimmed_mean.beta,
             k,
         )
-    if a.name in ("multikrum", "bulyan") and a.num_malicious == 0 and a.num_krum_selected is None:
+    if a.name in ("multikrum", "bulyan") and f == 0 and selected is None:
         log(WARNING, "%s with num_malicious=0 keeps every reply: it is the plain mean", a.name)
 
 
@@ -290,9 +304,9 @@ def check_parts(cfg: ScenarioConfig) -> None:
     ):
         if name not in registry:
             raise ConfigError(key, name, "not available in this version; available: " + ", ".join(registry))
-    if s.aggregator.aware and s.aggregator.name not in AWARE_BASES:
+    if s.aggregator.aware.enabled and s.aggregator.name not in AWARE_BASES:
         raise ConfigError(
-            "strategy.aggregator.aware",
+            "strategy.aggregator.aware.enabled",
             True,
             f"the AWARE plug-in wraps {', '.join(AWARE_BASES)}, not {s.aggregator.name}"
             + (" (fedaware is AWARE already)" if s.aggregator.name == "fedaware" else ""),
@@ -301,10 +315,10 @@ def check_parts(cfg: ScenarioConfig) -> None:
     _check_robust(cfg)
 
 
-def _sampler(cfg: ScenarioConfig) -> Sampler:
-    base = SAMPLERS[cfg.strategy.sampler.name](cfg)
+def _sampler(cfg: ScenarioConfig, model: ModelInfo) -> Sampler:
+    base = SAMPLERS[cfg.strategy.sampler.name](cfg, model)
     if cfg.strategy.sampler.explore_first:
-        return ExploreFirstSampler(base, seed=cfg.seed + 14)
+        return ExploreFirstSampler(base, seed=seed(cfg, "explore-first"))
     return base
 
 
@@ -323,20 +337,16 @@ def reply_limits(cfg: ScenarioConfig, client_sizes: Optional[Mapping[int, int]] 
 def build_parts(
     cfg: ScenarioConfig, model_info: Optional[ModelInfo] = None
 ) -> tuple[Sampler, Aggregator, Initializer, ServerRule]:
-    """The four parts a scenario names (checked by :func:`check_parts` first).
-
-    Factories take ``(cfg)``; parts that need the model's shape read
-    :data:`MODEL_INFO`, set here before the factories run.
-    """
+    """The four parts a scenario names (checked by :func:`check_parts` first); each
+    factory gets the scenario and the model's description."""
     check_parts(cfg)
-    global MODEL_INFO
-    MODEL_INFO = model_info or ModelInfo()
+    model = model_info or ModelInfo()
     s = cfg.strategy
     return (
-        _sampler(cfg),
-        AGGREGATORS[s.aggregator.name](cfg),
-        INITIALIZERS[s.initializer.name](cfg),
-        SERVER_RULES[s.local_rule.name](cfg),
+        _sampler(cfg, model),
+        _aggregator(cfg, model),
+        INITIALIZERS[s.initializer.name](cfg, model),
+        SERVER_RULES[s.local_rule.name](cfg, model),
     )
 
 
@@ -366,6 +376,8 @@ def build_strategy(
         local_rule=s.local_rule.name,
         query_timeout=cfg.deployment.query_timeout,
         client_lr=None if cfg.client.lr_schedule == "constant" else cfg.client.lr_at,
+        lr=cfg.client.lr,
+        model=model_info,
         reply_limits=reply_limits(cfg, client_sizes),
         clip_norm=s.aggregator.clip_norm,
         identify="partition-id",  # fedflex's ClientApp says its partition id

@@ -46,6 +46,7 @@ import numpy as np
 from flwr.common import log
 
 from fedflex.arrays import flatten
+from fedflex.options import ClusteredOptions, resolve_options
 from fedflex.strategies.basic import explore_first
 from fedflex.strategies.clustering import (
     algorithm2_distributions,
@@ -56,37 +57,7 @@ from fedflex.strategies.clustering import (
     ward_tree,
 )
 from fedflex.strategies.parts import Arrays, ClientUpdate, Sampler
-
-
-# ---------------------------------------------------------------------------- sketch
-class CountSketch:
-    """Feature hashing of vectors of any length P to ``dim`` numbers.
-
-    ``y_j = sum_{i: h(i) = j} s(i) x_i`` with bucket ``h(i)`` uniform in ``0..dim-1`` and
-    sign ``s(i) = +-1`` drawn once from ``seed`` (Charikar, Chen & Farach-Colton 2002;
-    Weinberger et al. 2009): ``E[<y, y'>] = <x, x'>``. Vectors with ``P <= dim`` are
-    returned unchanged (as float32).
-    """
-
-    def __init__(self, dim: int, seed: int) -> None:
-        if dim < 1:
-            raise ValueError(f"sketch dim = {dim}: must be >= 1")
-        self.dim = dim
-        self.seed = seed
-        self._size: Optional[int] = None
-        self._bucket = np.zeros(0, dtype=np.int64)
-        self._sign = np.zeros(0, dtype=np.float64)
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        x = np.ravel(np.asarray(x, dtype=np.float64))
-        if x.size <= self.dim:
-            return x.astype(np.float32)
-        if self._size != x.size:
-            rng = np.random.default_rng(self.seed)
-            self._bucket = rng.integers(0, self.dim, size=x.size)
-            self._sign = rng.integers(0, 2, size=x.size).astype(np.float64) * 2.0 - 1.0
-            self._size = x.size
-        return np.bincount(self._bucket, weights=self._sign * x, minlength=self.dim).astype(np.float32)
+from fedflex.strategies.sketch import CountSketch  # noqa: F401 - also importable from here
 
 
 # ---------------------------------------------------------------------------- the part
@@ -106,9 +77,16 @@ class ClusteredSampler(Sampler):
 
     name = "clustered"
 
-    def __init__(self, *, seed: int, ward: str = "exact", sketch_dim: int = 512, max_exact: int = 1000) -> None:
-        if ward not in ("exact", "scalable"):
-            raise ValueError(f"clustered sampler: ward = {ward!r}: must be exact or scalable")
+    def __init__(
+        self,
+        *,
+        seed: int,
+        options: Optional[ClusteredOptions] = None,
+        sketch_dim: int = 512,
+        max_exact: int = 1000,
+        **fields: Any,
+    ) -> None:
+        ward = resolve_options(ClusteredOptions, options, fields, "strategy.sampler.clustered").ward
         self.rng = np.random.default_rng(seed)
         self.sketch = CountSketch(sketch_dim, seed=seed + 7919)
         self.ward = ward

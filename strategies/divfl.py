@@ -49,15 +49,16 @@ Gram matrix) and K greedy passes over it, O(n^2 (sketch_dim + K)) time and 4 n^2
 from __future__ import annotations
 
 from logging import DEBUG, WARNING
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 from flwr.common import log
 
 from fedflex.arrays import flatten
+from fedflex.options import DivFLOptions, resolve_options
 from fedflex.strategies.basic import explore_first
-from fedflex.strategies.clustered import CountSketch
 from fedflex.strategies.parts import Arrays, ClientUpdate, Sampler
+from fedflex.strategies.sketch import CountSketch
 
 #: where the update proxies come from
 PROXIES = ("stale", "ideal")
@@ -143,11 +144,11 @@ class DivFLSampler(Sampler):
 
     name = "divfl"
 
-    def __init__(self, *, seed: int, proxies: str = "stale", probe_steps: int = 0, sketch_dim: int = 512) -> None:
-        if proxies not in PROXIES:
-            raise ValueError(f"divfl: proxies = {proxies!r}: must be one of {', '.join(PROXIES)}")
-        if probe_steps < 0:
-            raise ValueError(f"divfl: probe_steps = {probe_steps}: must be >= 0 (0: the round's local training)")
+    def __init__(
+        self, *, seed: int, options: Optional[DivFLOptions] = None, sketch_dim: int = 512, **fields: Any
+    ) -> None:
+        o = self.options = resolve_options(DivFLOptions, options, fields, "strategy.sampler.divfl")
+        proxies, probe_steps = o.proxies, o.probe_steps
         if proxies == "stale" and probe_steps:
             log(WARNING, "divfl: probe_steps=%d has no effect with stale proxies (nothing is probed)", probe_steps)
         self.rng = np.random.default_rng(seed)

@@ -19,10 +19,9 @@ u = x_new - x the base's own update, x_{t+1} = x_t + (<u, d> / <d, d>) d.
 
 Pieces, from the bottom up:
 
-- pure kernels: :func:`two_point` (the spec's two-point rule), :func:`best_pair`,
-  :func:`min_norm_weights` (Frank-Wolfe on the Gram matrix),
-  :func:`projection_coefficient`, :func:`lambda_entropy` (the paper's e-LUD, reported
-  for every aggregator, is :func:`strategies.diagnostics.e_lud`);
+- pure kernels, in :mod:`strategies.min_norm`: the min-norm solvers on the Gram matrix
+  (Frank-Wolfe and away steps), :func:`projection_coefficient`, :func:`lambda_entropy`
+  (the paper's e-LUD, reported for every aggregator, is :func:`strategies.diagnostics.e_lud`);
 - :class:`MomentumStore`: the momenta in one preallocated ``[N, d]`` array
   (float32, float16 or bfloat16, the latter two with a per-row scale);
 - :class:`AwareCore`: momenta, their Gram matrix (kept up to date row by row), warm-up,
@@ -40,285 +39,47 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from logging import DEBUG, WARNING
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 from flwr.common import log
 
 from fedflex.arrays import flatten, is_float
+from fedflex.options import (
+    AWARE_DEPARTED,
+    AWARE_SOLVER_ITERS,
+    AWARE_SOLVERS,
+    FLOAT_DTYPES,
+    AwareOptions,
+    resolve_options,
+)
 from fedflex.strategies.basic import FedAvgAggregator
-from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate, PartWrapper
+from fedflex.strategies.min_norm import (  # noqa: F401 - the kernels, also importable from here
+    MinNormResult,
+    best_pair,
+    lambda_entropy,
+    min_norm_away_steps,
+    min_norm_weights,
+    projection_coefficient,
+    two_point,
+)
+from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate, PartWrapper, RoundContext
 
-if TYPE_CHECKING:  # pragma: no cover
-    from fedflex.config import ScenarioConfig
-
-#: aggregators the AWARE plug-in can wrap (``strategy.aggregator.aware: true``)
-AWARE_BASES = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedams")
 #: storage types of the momenta
-MOMENTUM_DTYPES = ("float32", "float16", "bfloat16")
+MOMENTUM_DTYPES = FLOAT_DTYPES
 #: what happens to the momentum of a client that is offline
-DEPARTED = ("keep", "exclude", "drop")
+DEPARTED = AWARE_DEPARTED
 #: min-norm solvers (:func:`min_norm_weights`, :func:`min_norm_away_steps`)
-SOLVERS = ("frank-wolfe", "away-steps")
-#: each solver's iteration cap when ``aware_iters`` is unset: the authors' 250 for
+SOLVERS = AWARE_SOLVERS
+#: each solver's iteration cap when ``aware.iters`` is unset: the authors' 250 for
 #: Frank-Wolfe; for away steps a guard only (the duality gap stops them first: 2,481
 #: iterations, 0.16 s, on a real 100-client Gram matrix, docs/fedaware.md)
-SOLVER_ITERS = {"frank-wolfe": 250, "away-steps": 10_000}
+SOLVER_ITERS = AWARE_SOLVER_ITERS
 #: weights above this count as "nonzero" in the round metrics
 NONZERO_WEIGHT = 1e-6
 
 Rows = Union[np.ndarray, slice]
-
-
-# ============================================================================ kernels
-def two_point(v1v1: float, v1v2: float, v2v2: float) -> float:
-    """The weight c of v1 in min_c ||c v1 + (1 - c) v2||^2, by the spec's two-point rule.
-
-    Parameters
-    ----------
-    v1v1, v1v2, v2v2
-        <v1, v1>, <v1, v2>, <v2, v2>.
-
-    Returns
-    -------
-    float
-        0.999 if v1.v2 >= v1.v1 (v1 is the better end), 0.001 if v1.v2 >= v2.v2 (v2 is),
-        else the exact minimiser (v2.v2 - v1.v2) / (v1.v1 + v2.v2 - 2 v1.v2). The clipped
-        ends are the authors' (MGDA's) choice; the Frank-Wolfe iterations that follow move
-        the remaining 0.001 away when an end is optimal.
-    """
-    if v1v2 >= v1v1:
-        return 0.999
-    if v1v2 >= v2v2:
-        return 0.001
-    return (v2v2 - v1v2) / (v1v1 + v2v2 - 2.0 * v1v2)
-
-
-def _scaled_gram(gram: np.ndarray, scale: Optional[np.ndarray]) -> Callable[[int], np.ndarray]:
-    """Column t of S G S (S = diag(scale)), without forming S G S (read as row t: G is
-    symmetric, and a row is contiguous)."""
-    if scale is None:
-        return lambda t: gram[t]
-    return lambda t: scale * gram[t] * scale[t]
-
-
-def best_pair(
-    gram: np.ndarray, scale: Optional[np.ndarray] = None, block_elems: int = 4_000_000
-) -> tuple[int, int, float, float]:
-    """The pair (i < j) whose best two-point combination has the smallest norm.
-
-    Parameters
-    ----------
-    gram
-        [n, n] Gram matrix of the vectors (n >= 2).
-    scale
-        Optional per-vector factors s (the vectors are s_i v_i: normalisation).
-    block_elems
-        Rows are processed in blocks of about this many pair entries (flat memory).
-
-    Returns
-    -------
-    i, j, c, cost
-        Weight c on vector i, 1 - c on vector j, and the pair's squared norm (as the
-        authors compute it: the optimal end's norm when an end is optimal). Ties go to the
-        first pair in (i, j) order.
-    """
-    n = gram.shape[0]
-    diag = np.diag(gram).astype(np.float64)
-    if scale is not None:
-        diag = diag * scale * scale
-    rows = max(1, block_elems // max(n, 1))
-    best = (math.inf, 0, 1, 0.5)
-    for b0 in range(0, n - 1, rows):
-        b1 = min(n - 1, b0 + rows)
-        # rows i in [b0, b1), columns j in (b0, n): the upper triangle and a little more
-        v1v2 = np.array(gram[b0:b1, b0 + 1 :], dtype=np.float64)
-        if scale is not None:
-            v1v2 *= scale[b0:b1, None] * scale[None, b0 + 1 :]
-        v1v1 = diag[b0:b1, None]
-        v2v2 = diag[None, b0 + 1 :]
-        end1 = v1v2 >= v1v1
-        end2 = ~end1 & (v1v2 >= v2v2)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            # the inner case's cost v2.v2 + c (v1.v2 - v2.v2) = v2.v2 - (v2.v2 - v1.v2)^2 / denominator
-            cost = v2v2 - (v2v2 - v1v2) ** 2 / (v1v1 + v2v2 - 2.0 * v1v2)
-        np.copyto(cost, np.broadcast_to(v2v2, cost.shape), where=end2)
-        np.copyto(cost, np.broadcast_to(v1v1, cost.shape), where=end1)
-        cost[np.tri(b1 - b0, n - b0 - 1, -1, dtype=bool)] = np.inf  # keep j > i only
-        k = int(np.argmin(cost))
-        r, jj = divmod(k, cost.shape[1])
-        if cost[r, jj] < best[0]:
-            i, j = b0 + r, b0 + 1 + jj
-            best = (float(cost[r, jj]), i, j, two_point(float(diag[i]), float(v1v2[r, jj]), float(diag[j])))
-    cost, i, j, c = best
-    return i, j, c, cost
-
-
-@dataclass
-class MinNormResult:
-    """A min-norm solve's answer: the weights, ||sum_i w_i v_i||^2, the iterations run,
-    and the Frank-Wolfe duality gap lambda.M.lambda - min_i (M lambda)_i at the answer
-    (>= 0; ``value`` exceeds the optimum by at most twice the gap)."""
-
-    weights: np.ndarray
-    value: float
-    iterations: int
-    gap: float = 0.0
-
-    @property
-    def relative_gap(self) -> float:
-        """gap / value (0 when the value is 0): what ``aware_gap`` reports."""
-        return self.gap / self.value if self.value > 0 else 0.0
-
-
-def _start(gram: np.ndarray, scale: Optional[np.ndarray]):
-    """Both solvers' start: the checked Gram matrix's column accessor, its (scaled)
-    diagonal, lambda at the best pair (:func:`best_pair`) and M lambda; or the answer
-    itself for one vector."""
-    gram = np.asarray(gram)
-    if gram.ndim != 2 or gram.shape[0] != gram.shape[1] or gram.shape[0] == 0:
-        raise ValueError(f"gram must be a non-empty square matrix, got shape {gram.shape}")
-    n = gram.shape[0]
-    if n == 1:
-        value = float(gram[0, 0]) * (float(scale[0]) ** 2 if scale is not None else 1.0)
-        return MinNormResult(np.ones(1), value, 0)
-    column = _scaled_gram(gram, scale)
-    diag = np.diag(gram) * (scale * scale if scale is not None else 1.0)
-    i, j, c, _ = best_pair(gram, scale)
-    lam = np.zeros(n)
-    lam[i], lam[j] = c, 1.0 - c
-    ml = c * column(i) + (1.0 - c) * column(j)  # M lambda, kept up to date
-    return column, diag, lam, ml
-
-
-def _gap(lam: np.ndarray, ml: np.ndarray) -> float:
-    return max(float(lam @ ml) - float(ml.min()), 0.0)
-
-
-def min_norm_weights(
-    gram: np.ndarray, iters: int = 250, tol: float = 1e-5, scale: Optional[np.ndarray] = None
-) -> MinNormResult:
-    """argmin_{lambda in simplex} ||sum_i lambda_i v_i||^2 by Frank-Wolfe on the Gram matrix.
-
-    The spec's solver (the authors' ``find_min_norm_element_FW``): start from the best
-    pair (:func:`best_pair`), then up to ``iters`` times take the vertex
-    t* = argmin_i (M lambda)_i, line-search c between lambda and e_t* with
-    :func:`two_point`, and stop when ||delta lambda||_1 < ``tol``. Two differences, both
-    making it more exact and neither changing a converged answer: a zero (or negative,
-    by rounding) Frank-Wolfe gap, lambda.M.lambda - min_i (M lambda)_i <= 0, certifies
-    the optimum and ends the loop (the spec's rule would step 0.001 away from it); and the
-    iterations also run for n = 2 (they remove the 0.001 the two-point rule leaves on a
-    worse end).
-
-    Parameters
-    ----------
-    gram
-        [n, n] symmetric positive semi-definite M = V V^T.
-    iters, tol
-        Iteration cap and stopping threshold on ||delta lambda||_1.
-    scale
-        Optional factors s: solve for the vectors s_i v_i (S M S) without forming it.
-
-    Returns
-    -------
-    MinNormResult
-    """
-    start = _start(gram, scale)
-    if isinstance(start, MinNormResult):
-        return start
-    column, diag, lam, ml = start
-    k = 0
-    for k in range(1, iters + 1):
-        t = int(np.argmin(ml))
-        v1v1, v1v2, v2v2 = float(lam @ ml), float(ml[t]), float(diag[t])
-        if v1v2 >= v1v1:  # Frank-Wolfe gap <= 0: lambda is optimal
-            k -= 1
-            break
-        c = two_point(v1v1, v1v2, v2v2)
-        new = c * lam
-        new[t] += 1.0 - c
-        change = float(np.abs(new - lam).sum())
-        lam, ml = new, c * ml + (1.0 - c) * column(t)
-        if change < tol:
-            break
-    return MinNormResult(lam, max(float(lam @ ml), 0.0), k, _gap(lam, ml))
-
-
-def min_norm_away_steps(
-    gram: np.ndarray, iters: int = 250, gap_tol: float = 1e-6, scale: Optional[np.ndarray] = None
-) -> MinNormResult:
-    """argmin_{lambda in simplex} lambda.M.lambda by Frank-Wolfe with away steps.
-
-    Plain Frank-Wolfe (:func:`min_norm_weights`) converges like 1/k and, capped at a few
-    hundred iterations, can stop far from the optimum; with away steps (Guelat & Marcotte,
-    1986; Lacoste-Julien & Jaggi, "On the Global Linear Convergence of Frank-Wolfe
-    Optimization Variants", NeurIPS 2015) it converges linearly on the simplex. Each
-    iteration, from the same start (:func:`best_pair`): the Frank-Wolfe vertex
-    t = argmin_i (M lambda)_i and the away vertex a = argmax over the support; the
-    direction with the larger gap (e_t - lambda, or lambda - e_a, whose step is capped at
-    lambda_a / (1 - lambda_a) so that lambda stays in the simplex), with the exact line
-    search of the quadratic. Stops when the duality gap lambda.M.lambda - min_i (M lambda)_i
-    is at most ``gap_tol`` x lambda.M.lambda (a certificate: the value is then within
-    2 x ``gap_tol`` of the optimum, relatively), or after ``iters`` iterations. One
-    iteration costs one column of M, as Frank-Wolfe's does.
-    """
-    start = _start(gram, scale)
-    if isinstance(start, MinNormResult):
-        return start
-    column, diag, lam, ml = start
-    k = 0
-    for k in range(1, iters + 1):
-        value = float(lam @ ml)
-        t = int(np.argmin(ml))
-        fw_gap = value - float(ml[t])
-        if fw_gap <= gap_tol * max(value, 0.0):
-            k -= 1
-            break
-        support = np.flatnonzero(lam > 0)
-        a = int(support[np.argmax(ml[support])])
-        away_gap = float(ml[a]) - value
-        if fw_gap >= away_gap:  # toward e_t: d = e_t - lambda, M d = M e_t - M lambda
-            md = column(t) - ml
-            slope, curve, cap = -fw_gap, float(diag[t]) - 2.0 * float(ml[t]) + value, 1.0
-            vertex, toward = t, True
-        else:  # away from e_a: d = lambda - e_a, M d = M lambda - M e_a
-            md = ml - column(a)
-            slope, curve = -away_gap, value - 2.0 * float(ml[a]) + float(diag[a])
-            cap = lam[a] / (1.0 - lam[a]) if lam[a] < 1.0 else math.inf
-            vertex, toward = a, False
-        step = cap if curve <= 0 else min(cap, -slope / curve)
-        if toward:
-            lam *= 1.0 - step
-            lam[vertex] += step
-        else:
-            lam *= 1.0 + step
-            lam[vertex] -= step
-            if step == cap:
-                lam[vertex] = 0.0  # a drop step: e_a leaves the support exactly
-        np.clip(lam, 0.0, None, out=lam)
-        ml = ml + step * md
-    return MinNormResult(lam, max(float(lam @ ml), 0.0), k, _gap(lam, ml))
-
-
-def lambda_entropy(weights: np.ndarray) -> float:
-    """Shannon entropy (nats) of a weight vector on the simplex (0 log 0 = 0)."""
-    w = np.asarray(weights, dtype=np.float64)
-    w = w[w > 0]
-    return float(-(w * np.log(w)).sum())
-
-
-def projection_coefficient(update: np.ndarray, direction: np.ndarray) -> Optional[float]:
-    """<u, d> / <d, d>: the length of u along d in units of d (None when d = 0).
-
-    With u = -eta_g d~ (a base method's update) the AWARE plug-in steps
-    x + coefficient * d = x - eta_g (<d~, d> / <d, d>) d.
-    """
-    dd = float(np.vdot(direction, direction))
-    if dd <= 0.0:
-        return None
-    return float(np.vdot(update, direction)) / dd
 
 
 # ============================================================================ storage
@@ -400,33 +161,19 @@ class AwareCore:
     ----------
     num_clients
         N (client ids 0..N-1).
-    momentum
-        a in m_i <- (1 - a) m_i + a g_i (momenta start at zero, as in the paper).
-    normalize
-        Solve and step with m_i / ||m_i|| (the authors' code) instead of m_i (the paper).
-    warmup
-        FedAvg until every client online in the round has a momentum (without churn:
-        until every client has trained once), then AWARE; False: AWARE from the first
-        round over the clients that have a momentum.
-    iters, tol
-        Iteration cap (both solvers) and Frank-Wolfe's threshold on ||delta lambda||_1.
-    solver, gap_tol
-        ``frank-wolfe`` (the spec's and the authors' solver, :func:`min_norm_weights`) or
-        ``away-steps`` (:func:`min_norm_away_steps`, which stops at a relative duality gap
-        of ``gap_tol``). Both report the gap they reach (``aware_gap``).
-    memory
-        ``full``: momenta of the whole model. ``last-layers``: momenta (and the solve) of
-        the last ``layers`` float tensors only; the step then weights this round's uploads
-        by lambda restricted to the clients that trained (see :meth:`direction`).
-    layers
-        K for ``last-layers`` (2: the classification layer's weight and bias in every
-        fedflex model).
-    dtype
-        Storage of the momenta (``float32``, ``float16``, ``bfloat16``).
-    departed
-        A client offline this round: ``keep`` (stays in the solve with its last momentum),
-        ``exclude`` (kept, left out of the solve while offline) or ``drop`` (forgotten;
-        it gets a fresh momentum when it trains again).
+    options
+        :class:`fedflex.options.AwareOptions` (or its fields as keywords): ``momentum`` a
+        in m_i <- (1 - a) m_i + a g_i (momenta start at zero, as in the paper);
+        ``normalize`` (solve and step with m_i / ||m_i||, the authors' code); ``warmup``
+        (FedAvg until every client online in the round has a momentum; False: AWARE from
+        the first round over the clients that have one); ``solver`` ``frank-wolfe``
+        (:func:`min_norm_weights`) or ``away-steps`` (:func:`min_norm_away_steps`, stops at
+        the relative duality gap ``gap_tol``), ``iters`` (cap) and ``tol``; ``memory``
+        ``full`` or ``last-layers`` (momenta and solve of the last ``layers`` float tensors;
+        the step then weights this round's uploads by lambda restricted to the clients
+        that trained, see :meth:`direction`); ``dtype`` of the stored momenta;
+        ``departed``: a client offline this round is kept in the solve (``keep``), left
+        out while offline (``exclude``) or forgotten (``drop``).
     reset_on_switch
         Forget all momenta (and warm up again) when an initializer replaces the model.
     """
@@ -434,35 +181,17 @@ class AwareCore:
     def __init__(
         self,
         num_clients: int,
+        options: Optional[AwareOptions] = None,
         *,
-        momentum: float = 0.5,
-        normalize: bool = False,
-        warmup: bool = True,
-        iters: int = 250,
-        tol: float = 1e-5,
-        solver: str = "frank-wolfe",
-        gap_tol: float = 1e-6,
-        memory: str = "full",
-        layers: int = 2,
-        dtype: str = "float32",
-        departed: str = "keep",
         reset_on_switch: bool = False,
+        **fields: Any,
     ) -> None:
-        if solver not in SOLVERS:
-            raise ValueError(f"solver {solver!r}: must be one of {', '.join(SOLVERS)}")
-        if memory not in ("full", "last-layers"):
-            raise ValueError(f"memory {memory!r}: must be full or last-layers")
-        if departed not in DEPARTED:
-            raise ValueError(f"departed {departed!r}: must be one of {', '.join(DEPARTED)}")
-        if not 0.0 < momentum <= 1.0:
-            raise ValueError(f"momentum {momentum}: must be in (0, 1]")
-        if dtype not in MOMENTUM_DTYPES:
-            raise ValueError(f"dtype {dtype!r}: must be one of {', '.join(MOMENTUM_DTYPES)}")
+        o = self.options = resolve_options(AwareOptions, options, fields, "strategy.aggregator.aware")
         self.num_clients = num_clients
-        self.momentum, self.normalize, self.warmup = momentum, normalize, warmup
-        self.iters, self.tol, self.solver, self.gap_tol = iters, tol, solver, gap_tol
-        self.memory, self.layers, self.dtype = memory, layers, dtype
-        self.departed, self.reset_on_switch = departed, reset_on_switch
+        self.momentum, self.normalize, self.warmup = o.momentum, o.normalize, o.warmup
+        self.iters, self.tol, self.solver, self.gap_tol = o.solver_iters(), o.tol, o.solver, o.gap_tol
+        self.memory, self.layers, self.dtype = o.memory, o.layers, o.dtype
+        self.departed, self.reset_on_switch = o.departed, reset_on_switch
         self.store: Optional[MomentumStore] = None
         self.gram = np.zeros((0, 0))
         self.has = np.zeros(num_clients, dtype=bool)
@@ -508,11 +237,6 @@ class AwareCore:
             self.dtype,
             self.store.nbytes,
         )
-
-    @property
-    def stored_keys(self) -> list[str]:
-        """The float entries whose momenta are kept."""
-        return self.keys[len(self.keys) - self._stored_count() :]
 
     def _stored_count(self) -> int:
         return len(self.keys) if self.memory == "full" else min(self.layers, len(self.keys))
@@ -696,13 +420,12 @@ class AwareCore:
         )
 
 
-def _online(ctx: Any, server_round: int) -> Optional[np.ndarray]:
-    """The clients online this round, when the strategy tells (FedFlex's round record)."""
-    record = getattr(ctx, "record", None)
-    online = getattr(record, "online", None)
-    if record is None or getattr(record, "round", None) != server_round or not online:
+def _online(ctx: Optional[RoundContext], server_round: int) -> Optional[np.ndarray]:
+    """The clients online this round, when the strategy tells (its round facts)."""
+    facts = ctx.facts if ctx is not None else None
+    if facts is None or facts.round != server_round or len(facts.online) == 0:
         return None
-    return np.asarray(online, dtype=np.int64)
+    return np.asarray(facts.online, dtype=np.int64)
 
 
 def _step(global_arrays: Arrays, direction: np.ndarray, factor: float, updates: list[ClientUpdate]) -> Arrays:
@@ -737,10 +460,17 @@ class FedAwareAggregator(Aggregator):
     name = "fedaware"
 
     def __init__(
-        self, num_clients: int, server_lr: float = 1.0, weighted: bool = True, rescale: bool = False, **core: Any
+        self,
+        num_clients: int,
+        options: Optional[AwareOptions] = None,
+        *,
+        server_lr: float = 1.0,
+        weighted: bool = True,
+        reset_on_switch: bool = False,
+        **fields: Any,
     ) -> None:
-        self.core = AwareCore(num_clients, **core)
-        self.server_lr, self.weighted, self.rescale = server_lr, weighted, rescale
+        self.core = AwareCore(num_clients, options, reset_on_switch=reset_on_switch, **fields)
+        self.server_lr, self.weighted, self.rescale = server_lr, weighted, self.core.options.rescale
         self.fedavg = FedAvgAggregator(weighted=weighted, server_lr=server_lr)
         self._metrics: dict[str, Any] = {}
         self._zero_logged = False
@@ -798,9 +528,19 @@ class AwarePlugin(PartWrapper, Aggregator):
 
     name = "aware"
 
-    def __init__(self, base: Aggregator, num_clients: int, **core: Any) -> None:
+    def __init__(
+        self,
+        base: Aggregator,
+        num_clients: int,
+        options: Optional[AwareOptions] = None,
+        *,
+        reset_on_switch: bool = False,
+        **fields: Any,
+    ) -> None:
         super().__init__(base)
-        self.core = AwareCore(num_clients, **core)
+        self.core = AwareCore(num_clients, options, reset_on_switch=reset_on_switch, **fields)
+        if self.core.options.rescale:
+            log(WARNING, "aware.rescale has no effect on the AWARE plug-in: the base method sets the step length")
         self._metrics: dict[str, Any] = {}
 
     def aggregate(self, server_round: int, global_arrays: Arrays, updates: list[ClientUpdate]) -> Arrays:
@@ -839,48 +579,3 @@ class AwarePlugin(PartWrapper, Aggregator):
 
     def summary(self) -> str:
         return f"{self.base.summary()} x aware({self.core.summary()})"
-
-
-# ============================================================================ build
-def _core_kwargs(cfg: "ScenarioConfig") -> dict[str, Any]:
-    a = cfg.strategy.aggregator
-    return {
-        "momentum": a.aware_momentum,
-        "normalize": a.aware_normalize,
-        "warmup": a.aware_warmup,
-        "iters": a.aware_iters if a.aware_iters is not None else SOLVER_ITERS[a.aware_solver],
-        "tol": a.aware_tol,
-        "solver": a.aware_solver,
-        "gap_tol": a.aware_gap_tol,
-        "memory": a.aware_memory,
-        "layers": a.aware_layers,
-        "dtype": a.aware_dtype,
-        "departed": a.aware_departed,
-        "reset_on_switch": a.on_model_switch == "reset",
-    }
-
-
-def make_fedaware(cfg: "ScenarioConfig") -> FedAwareAggregator:
-    """``strategy.aggregator.name: fedaware`` from a scenario."""
-    a = cfg.strategy.aggregator
-    return FedAwareAggregator(
-        cfg.num_clients, server_lr=a.server_lr, weighted=a.weighted, rescale=a.aware_rescale, **_core_kwargs(cfg)
-    )
-
-
-def wrap_aware(base: Aggregator, cfg: "ScenarioConfig") -> AwarePlugin:
-    """``strategy.aggregator.aware: true``: the AWARE plug-in around ``base``."""
-    if cfg.strategy.aggregator.aware_rescale:
-        log(WARNING, "aware_rescale has no effect on the AWARE plug-in: the base method sets the step length")
-    return AwarePlugin(base, cfg.num_clients, **_core_kwargs(cfg))
-
-
-def with_aware(factory: Callable[["ScenarioConfig"], Aggregator]) -> Callable[["ScenarioConfig"], Aggregator]:
-    """A registry factory that wraps its aggregator in :class:`AwarePlugin` when the
-    scenario says ``strategy.aggregator.aware: true``."""
-
-    def make(cfg: "ScenarioConfig") -> Aggregator:
-        base = factory(cfg)
-        return wrap_aware(base, cfg) if cfg.strategy.aggregator.aware else base
-
-    return make

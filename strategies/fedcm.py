@@ -61,7 +61,7 @@ class FedCMServer(ModelStateRule):
         if not updates:
             return
         steps = [int(u.metrics.get(keys.NUM_STEPS, 0)) for u in updates]
-        self.delta = fedcm_delta([u.arrays for u in updates], steps, global_arrays, self.lr)
+        self.delta = fedcm_delta([u.arrays for u in updates], steps, global_arrays, self.round_lr(self.lr))
 
     def summary(self) -> str:
         return f"fedcm(lr={self.lr}, reset_on_switch={self.reset_on_switch}; {super().summary()})"

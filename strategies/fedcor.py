@@ -61,6 +61,7 @@ from typing import Any, Optional
 import numpy as np
 from flwr.common import log
 
+from fedflex.options import FedCorOptions, resolve_options
 from fedflex.strategies.basic import explore_first, query_losses
 from fedflex.strategies.clustering import data_shares
 from fedflex.strategies.parts import Arrays, ClientUpdate, Sampler
@@ -193,20 +194,11 @@ class FedCorSampler(Sampler):
         self,
         *,
         seed: int,
-        warmup: int = 15,
-        refresh: int = 10,
-        rank: int = 10,
-        history: int = 50,
-        discount: float = 0.9,
+        options: Optional[FedCorOptions] = None,
+        **fields: Any,
     ) -> None:
-        if warmup < 1:
-            raise ValueError(f"fedcor: warmup = {warmup}: must be >= 1 (the GP needs loss changes)")
-        if refresh < 0 or refresh == 1:
-            raise ValueError(f"fedcor: refresh = {refresh}: must be 0 (never) or >= 2")
-        if rank < 1 or history < 2:
-            raise ValueError(f"fedcor: rank = {rank}, history = {history}: need rank >= 1 and history >= 2")
-        if not 0 < discount <= 1:
-            raise ValueError(f"fedcor: discount = {discount}: must be in (0, 1]")
+        o = self.options = resolve_options(FedCorOptions, options, fields, "strategy.sampler.fedcor")
+        warmup, refresh, rank, history, discount = o.warmup, o.refresh, o.rank, o.history, o.discount
         if discount == 1 and refresh == 0:
             log(WARNING, "fedcor with discount=1 and refresh=0 chooses the same clients in every round after warm-up")
         self.rng = np.random.default_rng(seed)

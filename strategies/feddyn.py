@@ -53,7 +53,7 @@ class FedDynServer(ModelStateRule):
 
     @property
     def alpha(self) -> float:
-        return self.options.feddyn_alpha
+        return self.options.feddyn.alpha
 
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
         if not updates:

@@ -29,7 +29,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Protocol, Sequence
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -43,7 +43,16 @@ from fedflex.churn import Availability, SessionTracker
 from fedflex.records import record_key
 from fedflex.strategies.diagnostics import e_lud
 from fedflex.strategies.nodes import NodeDirectory
-from fedflex.strategies.parts import Aggregator, ClientUpdate, Initializer, Part, Sampler, ServerRule
+from fedflex.strategies.parts import (
+    Aggregator,
+    ClientUpdate,
+    Initializer,
+    ModelInfo,
+    Part,
+    RoundFacts,
+    Sampler,
+    ServerRule,
+)
 from fedflex.strategies.privacy import SERVER_SIDE, calling_dp_wrapper, check_dp_wrapper
 from fedflex.strategies.replies import NONFINITE, ReplyLimits, check_reply, num_examples_problem
 from fedflex.strategies.robust import clip_update
@@ -109,6 +118,16 @@ PartsFactory = Callable[
 ]
 
 
+class RoundObserver(Protocol):
+    """What sees every finished round of :meth:`FedFlex.run_rounds` (results files,
+    progress, trackers, checkpoints, stop rules)."""
+
+    def after_round(self, record: RoundRecord, arrays: ArrayRecord) -> bool:
+        """See ``record`` and the global model after it; True ends the run after this
+        round (ignored for an extra round of a part, ``record.phase`` != "train")."""
+        ...
+
+
 class FedFlex(FedAvg):
     """A Flower strategy made of parts; :meth:`run_round` reads one round top to bottom.
 
@@ -155,6 +174,11 @@ class FedFlex(FedAvg):
         ``client_lr(round, session start round)``: the learning rate every train message
         of the round carries as ``client.lr`` (a schedule, ``ClientConfig.lr_at``), also
         logged as ``client_lr``. None: the train config's own ``client.lr`` (constant).
+    lr
+        The clients' constant learning rate (the train config's ``client.lr``), told to
+        the parts in :attr:`facts` when there is no ``client_lr`` schedule.
+    model
+        The model's description (:class:`~strategies.parts.ModelInfo`) the parts may read.
     reply_limits
         What a training reply may carry (:class:`~strategies.replies.ReplyLimits`; the
         local rule's records and metrics are added from ``server_rule``). None: the
@@ -183,6 +207,8 @@ class FedFlex(FedAvg):
         local_rule: str = "sgd",
         query_timeout: float = 60.0,
         client_lr: Optional[Callable[[int, int], float]] = None,
+        lr: Optional[float] = None,
+        model: Optional[ModelInfo] = None,
         reply_limits: Optional[ReplyLimits] = None,
         clip_norm: Optional[float] = None,
         identify: str = "auto",
@@ -225,6 +251,9 @@ class FedFlex(FedAvg):
         self.on_too_few = on_too_few
         self.local_rule = local_rule
         self.client_lr = client_lr
+        self.lr = lr
+        self.model = model or ModelInfo()
+        self.facts: Optional[RoundFacts] = None  # the round in progress, what the parts may read
         self.query_timeout = query_timeout
         self.identify = identify
         self.clip_norm = clip_norm
@@ -241,7 +270,7 @@ class FedFlex(FedAvg):
         self._timeout: float = 3600.0
         self._num_rounds: Optional[int] = None
         self._config: ConfigRecord = ConfigRecord()
-        self._on_round: Optional[Callable[[RoundRecord], None]] = None
+        self._observers: Sequence[RoundObserver] = ()
         self._flower_round: Optional[RoundRecord] = None  # Flower's configure -> aggregate hand-off
         self._flower_sent: list[Message] = []
         self._dp_checked: Any = None  # the DP wrapper already checked (strategies.privacy)
@@ -366,11 +395,14 @@ class FedFlex(FedAvg):
     def _begin(self, server_round: int, grid: Grid) -> RoundRecord:
         """Steps 1-2: the online set, the session counter, the initializer's model at a
         session start; the round is ``skipped`` with fewer than ``min_clients`` online."""
-        record = self.record = RoundRecord(round=server_round)  # parts read its online set (FedAWARE)
+        record = self.record = RoundRecord(round=server_round)
         online = self.online_clients(server_round, grid)
         record.online = online.tolist()
         scripted = self.availability is not None and self.availability.starts_session(server_round)
         record.session, record.session_started = self.tracker.update(server_round, online.tolist(), force=scripted)
+        # the round's facts, declared to the parts (the initializer's extra rounds included)
+        lr = self._round_lr(server_round)
+        self.facts = RoundFacts(round=server_round, online=online, lr=self.lr if lr is None else lr)
         if record.session_started and server_round > 1:
             log(INFO, "session %d starts at round %d with %d clients", record.session, server_round, len(online))
         if record.session_started and len(online) >= self.min_clients:
@@ -418,8 +450,8 @@ class FedFlex(FedAvg):
         new = self._aggregate(server_round, replies, record, _destinations(messages))
         self.global_arrays = saved
         record.wall_s = time.perf_counter() - t0
-        if self._on_round is not None:
-            self._on_round(record)
+        for observer in self._observers:  # an extra round is seen, it cannot stop the run
+            observer.after_round(record, self._global_record())
         return new
 
     def query(
@@ -761,15 +793,13 @@ class FedFlex(FedAvg):
         timeout: float = 3600,
         train_config: Optional[ConfigRecord] = None,
         evaluate_fn: Optional[Callable[[RoundRecord, ArrayRecord], Optional[MetricRecord]]] = None,
-        on_round: Optional[Callable[[RoundRecord], None]] = None,
+        observers: Sequence[RoundObserver] = (),
         first_round: int = 1,
-        after_round: Optional[Callable[[int], None]] = None,
-        stop: Optional[Callable[[RoundRecord], bool]] = None,
     ) -> Result:
-        """Run rounds ``first_round..num_rounds`` (:meth:`run_round`); call ``on_round``
-        with each round's record (also with the records of extra rounds that parts run,
-        ``phase`` != "train") and then ``after_round(round)``. ``stop(record)`` returning
-        True ends the run after that round (``after_round`` still runs for it).
+        """Run rounds ``first_round..num_rounds`` (:meth:`run_round`); after each, every
+        observer's ``after_round(record, arrays)`` is called in order (also for the
+        records of extra rounds that parts run, ``phase`` != "train"); a training round
+        for which one returns True is the last.
 
         ``evaluate_fn(record, arrays)`` returns a MetricRecord with ``test-accuracy`` /
         ``test-loss`` (and optionally ``online-accuracy``) or None when the round is not
@@ -779,7 +809,7 @@ class FedFlex(FedAvg):
         self._num_rounds = num_rounds
         self._prepare(grid, initial_arrays)
         self.summary()
-        self._grid, self._timeout, self._on_round = grid, timeout, on_round
+        self._grid, self._timeout, self._observers = grid, timeout, tuple(observers)
         self._config = train_config if train_config is not None else ConfigRecord()
         if initial_arrays is not self._global_record():
             self.global_arrays = record_to_numpy(initial_arrays)
@@ -795,14 +825,12 @@ class FedFlex(FedAvg):
                 result.evaluate_metrics_serverapp[server_round] = MetricRecord(
                     {"test-accuracy": record.test_accuracy, "test-loss": record.test_loss}
                 )
-            if on_round is not None:
-                on_round(record)
-            if after_round is not None:  # e.g. a checkpoint: after the round's record is written
-                after_round(server_round)
-            if stop is not None and stop(record):
+            arrays = self._global_record()
+            stop = [observer.after_round(record, arrays) for observer in self._observers]  # each one sees it
+            if any(stop):
                 break
         result.arrays = self._global_record()
-        self._grid = None
+        self._grid, self._observers = None, ()
         return result
 
 

@@ -2,7 +2,7 @@
 
 Method: Huancheng Chen and Haris Vikalo, "Heterogeneity-Guided Client Sampling: Towards
 Fast and Efficient Non-IID Federated Learning", NeurIPS 2024,
-https://arxiv.org/abs/2310.00198 (read as in ``shared/specs/hics-fl.md``).
+https://arxiv.org/abs/2310.00198 (the reading: docs/hics-fl.md).
 
 The server estimates how balanced a client's labels are from the update of the output
 layer's bias alone, ``db_k = b_local - b_global`` (local minus global):
@@ -81,7 +81,7 @@ import numpy as np
 from flwr.common import log
 
 from fedflex import keys
-from fedflex.config import HICS_ESTIMATES, HICS_REFRESH
+from fedflex.options import HICS_ESTIMATES, HiCSOptions, resolve_options
 from fedflex.strategies.basic import explore_first
 from fedflex.strategies.clustering import (
     algorithm2_distributions,
@@ -137,7 +137,6 @@ def estimate_entropy(db: np.ndarray, temperature: float) -> np.ndarray:
 
 #: unset ``temperature``: the default T of each estimate (docs/hics-fl.md, "Scale-free
 #: estimates": the paper's T for ``bias``; measured on FMNIST for the other two)
-DEFAULT_TEMPERATURE = {"bias": 0.0025, "unit": 0.2, "per-step": 0.1}
 
 
 def scaled_update(db: np.ndarray, estimate: str, lr: float = 1.0, steps: int = 1) -> np.ndarray:
@@ -149,7 +148,8 @@ def scaled_update(db: np.ndarray, estimate: str, lr: float = 1.0, steps: int = 1
     - ``unit``: ``db / ||db||``: only the direction; scale-free (a zero update stays zero).
     - ``per-step``: ``db / (lr x steps)``: per unit of learning rate and local step, about
       (label share - mean predicted probability); free of lr and steps, not of the fit.
-      ``lr`` is the scenario's ``client.lr``: a ``client.lr_schedule`` is not followed.
+      ``lr`` is the one the clients trained with in the round (a ``client.lr_schedule``
+      followed).
     """
     db = np.asarray(db, dtype=np.float64)
     if estimate == "bias":
@@ -221,25 +221,15 @@ class HiCSSampler(Sampler):
         T of the annealing ``gamma_t = gamma_0 (1 - t / T)`` (the scenario's rounds).
     seed : int
         Seed of the sampler's own generator.
-    temperature, hics_lambda, gamma0 : float
-        T of Eq. 7, lambda of Eq. 9, gamma_0 of Eq. 10; ``temperature`` None takes
-        :data:`DEFAULT_TEMPERATURE` of the estimate.
-    num_clusters : int
-        M; 0 means K.
-    departed : {"keep", "drop"}
-        What happens to the estimates of clients that are offline.
-    variant : {"paper", "authors"}
-        The paper's rule or the authors' code (module docstring).
-    ward : {"exact", "scalable"}
-        Exact Ward, or Ward on ``max_exact`` representatives (module docstring).
-    estimate : {"bias", "unit", "per-step"} or None
-        What the entropy is taken of (:func:`scaled_update`); None: ``unit``, or
-        ``bias`` for ``variant="authors"``.
-    refresh : {"every-round", "frozen"} or None
-        Renew a client's estimate whenever it trains, or keep its warm-up estimate;
-        None: ``every-round``, or ``frozen`` for ``variant="authors"``.
+    options : HiCSOptions
+        The method's options (:class:`fedflex.options.HiCSOptions`: temperature,
+        estimate, refresh, entropy_weight, gamma0, num_clusters, departed, variant, ward);
+        or give its fields as keywords.
+    max_exact : int
+        Ward ``scalable``: clustered exactly up to this many clients.
     lr : float
-        The client learning rate (``per-step`` divides by lr x steps).
+        The client learning rate when no strategy tells the round's (``per-step``
+        divides by lr x steps; bound to a strategy, the lr of :attr:`RoundContext.facts`).
     """
 
     name = "hics"
@@ -251,48 +241,31 @@ class HiCSSampler(Sampler):
         num_clients: int,
         rounds: int,
         seed: int,
-        temperature: Optional[float] = None,
-        hics_lambda: float = 10.0,
-        gamma0: float = 4.0,
-        num_clusters: int = 0,
-        departed: str = "keep",
-        variant: str = "paper",
-        ward: str = "exact",
+        options: Optional[HiCSOptions] = None,
         max_exact: int = 1000,
-        estimate: Optional[str] = None,
-        refresh: Optional[str] = None,
         lr: float = 1.0,
+        **fields: Any,
     ) -> None:
         if not bias_key:
             raise ValueError(
                 "the hics sampler needs the state-dict key of the model's output-layer bias "
                 "(ModelInfo.output_bias_key); this model has none"
             )
-        for key, value, allowed in (
-            ("departed", departed, ("keep", "drop")),
-            ("variant", variant, ("paper", "authors")),
-            ("ward", ward, ("exact", "scalable")),
-            ("estimate", estimate or "unit", HICS_ESTIMATES),
-            ("refresh", refresh or "every-round", HICS_REFRESH),
-        ):
-            if value not in allowed:
-                raise ValueError(f"hics sampler: {key} = {value!r}: must be one of {', '.join(allowed)}")
+        o = self.options = resolve_options(HiCSOptions, options, fields, "strategy.sampler.hics")
         self.bias_key = bias_key
         self.weight_key = bias_key[: -len("bias")] + "weight" if bias_key.endswith("bias") else None
         self.num_clients = num_clients
         self.rounds = rounds
-        self.estimate = estimate or ("bias" if variant == "authors" else "unit")
-        self.temperature = temperature if temperature is not None else DEFAULT_TEMPERATURE[self.estimate]
-        self.hics_lambda = hics_lambda
-        self.gamma0 = gamma0
-        self.num_clusters = num_clusters
-        self.departed = departed
-        self.variant = variant
-        self.ward = ward
+        self.estimate = o.resolved_estimate()
+        self.temperature = o.resolved_temperature()
+        self.hics_lambda = o.entropy_weight
+        self.gamma0 = o.gamma0
+        self.num_clusters = o.num_clusters
+        self.departed = o.departed
+        self.variant = o.variant
+        self.ward = o.ward
         self.max_exact = max_exact
-        # unset: the paper re-estimates a client whenever it trains; the authors' code
-        # keeps each client's first (warm-up) estimate
-        self.refresh = refresh or ("frozen" if variant == "authors" else "every-round")
+        self.refresh = o.resolved_refresh()
         self.lr = lr
         self.rng = np.random.default_rng(seed)
         self.entropies: dict[int, float] = {}  # latest estimate H_k
@@ -347,7 +320,7 @@ class HiCSSampler(Sampler):
             global_arrays[self.bias_key], dtype=np.float64
         )
         if self.variant == "paper":
-            h = estimate_entropy(scaled_update(db, self.estimate, self.lr, steps), self.temperature)
+            h = estimate_entropy(scaled_update(db, self.estimate, self.round_lr(self.lr), steps), self.temperature)
             return float(h), db.astype(np.float32)
         if self.weight_key is None or self.weight_key not in arrays:
             raise ValueError(f"hics variant=authors needs the output-layer weight {self.weight_key!r} in the model")
@@ -355,7 +328,11 @@ class HiCSSampler(Sampler):
             global_arrays[self.weight_key], dtype=np.float64
         )
         dw = dw.reshape(dw.shape[0], -1)
-        h = float(estimate_entropy(scaled_update(dw.mean(axis=1), self.estimate, self.lr, steps), self.temperature))
+        h = float(
+            estimate_entropy(
+                scaled_update(dw.mean(axis=1), self.estimate, self.round_lr(self.lr), steps), self.temperature
+            )
+        )
         return h, np.concatenate([dw.ravel(), db]).astype(np.float32)
 
     def _forget_departed(self, online: np.ndarray) -> None:
@@ -460,25 +437,3 @@ class HiCSSampler(Sampler):
         self.visited = {int(c) for c in state["visited"]}
         self.sizes = {int(c): int(n) for c, n in state["sizes"].items()}
         self.k = state["k"]
-
-
-def hics_from_config(cfg: Any, bias_key: Optional[str]) -> HiCSSampler:
-    """The sampler a scenario's ``strategy.sampler`` section describes (``cfg`` a
-    :class:`fedflex.config.ScenarioConfig`)."""
-    s = cfg.strategy.sampler
-    return HiCSSampler(
-        bias_key=bias_key,
-        num_clients=cfg.num_clients,
-        rounds=cfg.rounds,
-        seed=cfg.seed + 11,
-        temperature=s.temperature,
-        hics_lambda=s.hics_lambda,
-        gamma0=s.gamma0,
-        num_clusters=s.num_clusters,
-        departed=s.departed,
-        variant=s.variant,
-        ward=s.ward,
-        estimate=s.hics_estimate,
-        refresh=s.hics_refresh,
-        lr=cfg.client.lr,
-    )

@@ -10,11 +10,12 @@ the strategy line is the only change::
     result = strategy.start(grid=grid, initial_arrays=arrays, num_rounds=3,
                             train_config=ConfigRecord({"lr": 0.01}))
 
-The method's keywords are the scenario options of its part, declared once in
-:mod:`fedflex.config` (``strategy.sampler.hics_lambda`` is ``HiCSFL(hics_lambda=...)``),
+A method's options are its options class of :mod:`fedflex.options`, the one its part
+takes and a scenario nests (``strategy.sampler.hics`` is ``HiCSFL(options=HiCSOptions(...))``),
 with the defaults and checks declared there; ``help(HiCSFL)`` lists them with their
-defaults. The parts are built when the run starts, for the nodes connected then
-(``num_clients`` unset) and the run's ``num_rounds``. Nodes are identified by their
+defaults. The old flat keywords (``HiCSFL(hics_lambda=5)``) are read for one more release
+through :data:`fedflex.options.ALIASES`, with a warning. The parts are built when the run
+starts, for the nodes connected then (``num_clients`` unset) and the run's ``num_rounds``. Nodes are identified by their
 partition id when they say it (fedflex's ClientApp) and by node id otherwise
 (``identify``, :mod:`strategies.nodes`), so any ClientApp that follows Flower's
 conventions works; the methods that need more than ``arrays`` and ``num-examples``
@@ -28,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections import OrderedDict
-from typing import Any, ClassVar, Optional, Union
+from typing import Any, ClassVar, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -39,11 +40,12 @@ from fedflex.config import (
     LocalRuleConfig,
     SamplerConfig,
     ScenarioConfig,
-    load_scenario,
 )
-from fedflex.strategies.build import ModelInfo, build_parts
-from fedflex.strategies.fedaware import AWARE_BASES
+from fedflex.loader import load_scenario
+from fedflex.options import ALIASES, AWARE_BASES, MethodOptions
+from fedflex.strategies.build import build_parts
 from fedflex.strategies.fedflex import FedFlex
+from fedflex.strategies.parts import ModelInfo
 
 #: the option classes of the four parts (scenario section ``strategy.<part>``)
 PART_OPTIONS: dict[str, type] = {
@@ -59,8 +61,7 @@ _OWNED_BY_FEDFLEX = (
     "min_clients",
     "clip_norm",
     "on_model_switch",
-    "aware",
-    "bherd_fixed_order",  # a client-side data-order option of every rule
+    "fixed_order",  # a client-side data-order option of every rule
 )
 #: Flower's server optimisers (their names in :mod:`flwr.serverapp.strategy`) -> fedflex's aggregator
 FLOWER_OPTIMIZERS = {
@@ -73,15 +74,32 @@ FLOWER_OPTIMIZERS = {
 
 
 def method_options(part: str, name: str, aware: bool = False) -> dict[str, Any]:
-    """Option name -> default of the options part ``part`` named ``name`` reads (the
-    fields of its class in :mod:`fedflex.config`, defaults from there)."""
+    """Keyword -> default of what part ``part`` named ``name`` reads besides FedFlex's
+    own options: its plain fields (``server_lr``, ``weighted``, ...) and its sections
+    (``hics``: a :class:`~fedflex.options.MethodOptions` object), defaults from
+    :mod:`fedflex.config` and :mod:`fedflex.options`."""
     cls = PART_OPTIONS[part]
-    default = cls(name=name, **({"aware": True} if aware else {}))
+    default = cls(name=name)
+    if aware:
+        default.aware.enabled = True
+    sections = default.sections()
+    read = {f.split(".")[0] for f in default.sent()}
     return {
         f.name: getattr(default, f.name)
         for f in dataclasses.fields(cls)
-        if f.name not in _OWNED_BY_FEDFLEX and default._reads(f.name)
+        if f.name not in _OWNED_BY_FEDFLEX
+        and f.name in read
+        and (f.name not in sections or default.section_read(f.name))
     }
+
+
+def _section_of(options: MethodOptions, parts: Mapping[str, str]) -> tuple[str, str]:
+    """``(part, section)`` where a strategy with ``parts`` keeps ``options``."""
+    for part in parts:
+        for f in dataclasses.fields(PART_OPTIONS[part]):
+            if f.type == type(options).__name__ or f.type is type(options):
+                return part, f.name
+    raise TypeError(f"{type(options).__name__} is not an option of this strategy's parts ({', '.join(parts)})")
 
 
 def _default_bias_key(arrays: "OrderedDict[str, np.ndarray]") -> Optional[str]:
@@ -102,6 +120,11 @@ class FlowerStrategy(FedFlex):
     rounds
         The round count for schedules that need it (HiCS-FL's temperature decay) under
         Flower's own ``Strategy.start`` loop; ``start`` passes its ``num_rounds``.
+    options
+        The method's options: an object of its class in :mod:`fedflex.options` (e.g.
+        :class:`~fedflex.options.HiCSOptions`), or a list of them (``AWARE``: its
+        :class:`~fedflex.options.AwareOptions` and the base's, e.g.
+        :class:`~fedflex.options.FedAvgMOptions`).
     seed
         Seeds the parts' random generators.
     lr
@@ -114,9 +137,10 @@ class FlowerStrategy(FedFlex):
         ``"auto"`` (default), ``"node-id"`` or ``"partition-id"``, see
         :class:`~strategies.fedflex.FedFlex`.
     **kwargs
-        The method's options (below), then any :class:`~strategies.fedflex.FedFlex`
-        keyword (Flower's ``fraction_train``, ..., ``clients_per_round``,
-        ``availability``, ...).
+        The part's plain options (below: ``server_lr``, ``weighted``, ...), the old flat
+        option names (``hics_lambda``, ``aware_momentum``, ...: a warning names the new
+        spelling), then any :class:`~strategies.fedflex.FedFlex` keyword (Flower's
+        ``fraction_train``, ..., ``clients_per_round``, ``availability``, ...).
     """
 
     #: part -> the method's name for it (the others stay FedAvg's: uniform, fedavg, previous, sgd)
@@ -141,6 +165,7 @@ class FlowerStrategy(FedFlex):
     def __init__(
         self,
         *,
+        options: Union[MethodOptions, Sequence[MethodOptions], None] = None,
         num_clients: Optional[int] = None,
         rounds: Optional[int] = None,
         seed: int = 0,
@@ -149,15 +174,23 @@ class FlowerStrategy(FedFlex):
         identify: str = "auto",
         **kwargs: Any,
     ) -> None:
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k in self.OPTIONS}
+        given = [options] if isinstance(options, MethodOptions) else list(options or [])
+        flat = {k: kwargs.pop(k) for k in list(kwargs) if k in self.OPTIONS or self._old_name(k)}
         self.choice = dict(self.PARTS)
-        self.options = options
+        self.options = flat
+        self.sections = given
         self.bias_key = bias_key
         self._seed, self._rounds, self._lr = seed, rounds, lr
         # a bad option fails here, with the scenario key's one-line message (ConfigError)
         self._check(num_clients, kwargs.get("clients_per_round"))
         try:
-            super().__init__(num_clients=num_clients, identify=identify, parts_factory=self._build_parts, **kwargs)
+            super().__init__(
+                num_clients=num_clients,
+                identify=identify,
+                parts_factory=self._build_parts,
+                lr=lr if lr is not None else ClientConfig.lr,
+                **kwargs,
+            )
         except TypeError as exc:
             allowed = ", ".join(self.OPTIONS) or "none"
             raise TypeError(f"{type(self).__name__}: {exc} (the method's options: {allowed})") from None
@@ -167,11 +200,14 @@ class FlowerStrategy(FedFlex):
         strategy: dict[str, dict[str, Any]] = {part: {} for part in PART_OPTIONS}
         for part, name in self.choice.items():
             strategy[part]["name"] = name
-        base = getattr(self, "base", None)
-        if self._aware() or (isinstance(base, FlowerStrategy) and base._aware()):
-            strategy["aggregator"]["aware"] = True
         for option, value in self.options.items():
             strategy[self.OPTIONS.get(option) or self._option_part(option)][option] = value
+        for obj in self._all_sections():
+            part, section = _section_of(obj, self.choice)
+            strategy[part][section] = dataclasses.asdict(obj)
+        base = getattr(self, "base", None)
+        if self._aware() or (isinstance(base, FlowerStrategy) and base._aware()):
+            strategy["aggregator"].setdefault("aware", {})["enabled"] = True
         strategy["sampler"]["clients_per_round"] = clients_per_round
         client = {"lr": self._lr if self._lr is not None else ClientConfig.lr}
         spec = {
@@ -183,7 +219,20 @@ class FlowerStrategy(FedFlex):
         }
         return load_scenario(spec)
 
+    def _all_sections(self) -> list[MethodOptions]:
+        return list(self.sections)
+
+    def _old_name(self, option: str) -> bool:
+        """Whether ``option`` is an old flat option name of one of this strategy's parts."""
+        return any(f"strategy.{part}.{option}" in ALIASES for part in self._parts())
+
+    def _parts(self) -> tuple[str, ...]:
+        return tuple(self.PARTS)
+
     def _option_part(self, option: str) -> str:
+        for part in self._parts():
+            if f"strategy.{part}.{option}" in ALIASES:
+                return part
         raise KeyError(option)
 
     def _check(self, num_clients: Optional[int], clients_per_round: Optional[int]) -> None:
@@ -194,7 +243,7 @@ class FlowerStrategy(FedFlex):
         rounds = num_rounds or self._rounds or 1
         k = min(self._per_round(num_clients), num_clients)
         cfg = self._scenario(num_clients, rounds, k)
-        info = ModelInfo(output_bias_key=self.bias_key or _default_bias_key(arrays))
+        info = self.model = ModelInfo(output_bias_key=self.bias_key or _default_bias_key(arrays))
         self.local_rule = cfg.strategy.local_rule.name
         return build_parts(cfg, info)
 
@@ -210,15 +259,25 @@ def _document(cls: type, defaults: dict[str, Any]) -> None:
         ]
         for option, value in defaults.items():
             part = cls.OPTIONS[option]
+            if isinstance(value, MethodOptions):
+                where = f"fedflex.options.{type(value).__name__}"
+                lines.append(f"    options : {type(value).__name__}, default {value!r}")
+                lines.append(f"        ``strategy.{part}.{option}`` of a scenario (:class:`{where}`).")
+                continue
             lines.append(f"    {option} : default {value!r}")
             where = f"fedflex.config.{PART_OPTIONS[part].__name__}"
             lines.append(f"        ``strategy.{part}.{option}`` of a scenario (:class:`{where}`).")
         cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n" + "\n".join(lines) + "\n"
     base = inspect.signature(FlowerStrategy.__init__)
     params = [p for p in base.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    params += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in defaults.items()]
+    params += [
+        inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v)
+        for k, v in defaults.items()
+        if not isinstance(v, MethodOptions)
+    ]
     flex = inspect.signature(FedFlex.__init__).parameters
     skip = {"self", "sampler", "aggregator", "initializer", "server_rule", "parts_factory", "num_clients", "identify"}
+    skip |= {"lr", "model"}
     params += [p for name, p in flex.items() if name not in skip and name not in defaults]
     cls.__signature__ = inspect.Signature(params[1:])  # type: ignore[attr-defined]
 
@@ -293,8 +352,9 @@ class AWARE(FlowerStrategy):
         The server optimiser: Flower's strategy class (or its name) ``FedAvg``,
         ``FedAvgM``, ``FedAdam``, ``FedYogi``, ``FedAdagrad``, or fedflex's aggregator
         name (``fedavg``, ``fedavgm``, ``fedadam``, ``fedyogi``, ``fedadagrad``,
-        ``fedams``); its options (``server_momentum``, ``beta1``, ``beta2``, ``tau``,
-        ``server_lr``) are keywords here too. Clients: any.
+        ``fedams``); its options go in ``options`` beside the
+        :class:`~fedflex.options.AwareOptions` (e.g. ``[AwareOptions(momentum=0.9),
+        FedAvgMOptions(momentum=0.5)]``), ``server_lr`` is a keyword. Clients: any.
     """
 
     PARTS = {"aggregator": "fedavg"}
@@ -402,6 +462,12 @@ class SessionAware(FlowerStrategy):
         if self.base is not None and option in self.base.OPTIONS:
             return self.base.OPTIONS[option]
         return super()._option_part(option)
+
+    def _parts(self) -> tuple[str, ...]:
+        return tuple(self.PARTS) + (tuple(self.base.PARTS) if self.base is not None else ())
+
+    def _all_sections(self) -> list[MethodOptions]:
+        return (list(self.base.sections) if self.base is not None else []) + list(self.sections)
 
 
 #: every named strategy, by class name

@@ -40,11 +40,35 @@ class ClientUpdate:
     extras: "dict[str, OrderedDict[str, np.ndarray]]" = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ModelInfo:
+    """What parts may need to know about the model (the server builds it)."""
+
+    output_bias_key: Optional[str] = None  # state-dict key of the classification layer's bias
+    num_classes: int = 0
+    input_shape: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class RoundFacts:
+    """The facts of the round in progress that a part may read (:attr:`RoundContext.facts`):
+    its number, the clients online in it (sorted ids) and the learning rate the clients
+    train with in it (the scheduled one under ``client.lr_schedule``; None when the
+    strategy was not told)."""
+
+    round: int
+    online: np.ndarray
+    lr: Optional[float] = None
+
+
 class RoundContext(Protocol):
-    """What the strategy offers its parts beyond their own hooks."""
+    """What the strategy offers its parts beyond their own hooks: the round's facts, the
+    current model and the model's description, and extra round trips."""
 
     num_clients: int
     global_arrays: Arrays  # the current global model
+    model: ModelInfo  # the model's description
+    facts: Optional[RoundFacts]  # the round in progress (set before the sampler is asked)
 
     def data_sizes(self) -> dict[int, int]:
         """Client id -> number of training examples, as reported so far."""
@@ -78,6 +102,12 @@ class Part(ABC):  # noqa: B024 - the part types below (Sampler, ...) declare abs
 
     def summary(self) -> str:
         return self.name
+
+    def round_lr(self, fallback: float) -> float:
+        """The learning rate the clients train with in the round in progress (the
+        strategy's :attr:`RoundContext.facts`), or ``fallback`` when no strategy tells."""
+        facts = self.ctx.facts if self.ctx is not None else None
+        return facts.lr if facts is not None and facts.lr is not None else fallback
 
     def train_payload(self, server_round: int) -> "dict[str, OrderedDict[str, np.ndarray]]":
         """Array records to add to this round's train messages (name -> arrays)."""
@@ -194,7 +224,7 @@ class ServerRule(Part):
         (:data:`RULE_REPLIES`; BHerd on SCAFFOLD also sends ``scaffold-dc``); a reply
         without one of them, or with another array record, is rejected."""
         records, metrics = RULE_REPLIES.get(self.options.name, ((), ()))
-        if self.options.name == "bherd" and self.options.bherd_base == "scaffold":
+        if self.options.name == "bherd" and self.options.bherd.base == "scaffold":
             records += (keys.SCAFFOLD_DC,)
         return records, metrics
 

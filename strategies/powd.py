@@ -23,6 +23,7 @@ from typing import Any, Optional
 import numpy as np
 from flwr.common import log
 
+from fedflex.options import PowDOptions, resolve_options
 from fedflex.strategies.basic import query_losses
 from fedflex.strategies.clustering import data_shares
 from fedflex.strategies.parts import Arrays, ClientUpdate, Sampler
@@ -52,9 +53,15 @@ class PowDSampler(Sampler):
 
     name = "pow-d"
 
-    def __init__(self, *, seed: int, d: int = 0, clients_per_round: Optional[int] = None) -> None:
-        if d < 0:
-            raise ValueError(f"pow-d: d = {d}: must be >= 0 (0: all online clients)")
+    def __init__(
+        self,
+        *,
+        seed: int,
+        options: Optional[PowDOptions] = None,
+        clients_per_round: Optional[int] = None,
+        **fields: Any,
+    ) -> None:
+        d = resolve_options(PowDOptions, options, fields, "strategy.sampler.powd").d
         self.rng = np.random.default_rng(seed)
         self.d = d
         self.sizes: dict[int, int] = {}

@@ -1,8 +1,7 @@
 """Session-aware initial model construction under client churn, and its baselines.
 
 Method: "Initial model construction for federated learning with dynamic clients"
-(the churn paper, v2; ``shared/papers/dynamic-clients-initial-model-v2.txt``), as read
-in ``shared/specs/session-init.md``. A session is a stretch of rounds with one online
+(the churn paper, v2), as read in ``docs/session-init.md``. A session is a stretch of rounds with one online
 set. At a session start the server builds the start model as a softmin(-R d)-weighted
 average of the last models of earlier sessions, d the L2 distance between the sessions'
 "gradients" G = (model after V real rounds from a fixed pilot model) - pilot.
@@ -34,7 +33,7 @@ import numpy as np
 from flwr.common import log
 
 from fedflex.arrays import flatten, is_float
-from fedflex.config import SESSION_DISTANCES
+from fedflex.options import SESSION_DISTANCES, SessionAwareOptions, resolve_options
 from fedflex.strategies.basic import weighted_average
 from fedflex.strategies.clustering import unit_rows
 from fedflex.strategies.parts import Arrays, Initializer
@@ -172,18 +171,16 @@ class SessionAwareInitializer(_SessionMemory):
 
     def __init__(
         self,
-        pilot_sessions: int = 1,
-        gradient_rounds: int = 1,
-        similarity_scale: float = 10.0,
+        options: Optional[SessionAwareOptions] = None,
+        *,
         clients_per_round: int = 10,
         seed: int = 0,
-        distance: str = "l2",
+        **fields: Any,
     ) -> None:
         super().__init__()
-        if distance not in SESSION_DISTANCES:
-            raise ValueError(f"unknown session distance {distance!r} ({' or '.join(SESSION_DISTANCES)})")
-        self.P, self.V, self.R = pilot_sessions, gradient_rounds, similarity_scale
-        self.distance = distance
+        o = self.options = resolve_options(SessionAwareOptions, options, fields, "strategy.initializer.session_aware")
+        self.P, self.V, self.R = o.pilot_sessions, o.gradient_rounds, o.similarity_scale
+        self.distance = o.distance
         self.clients_per_round = clients_per_round
         self.rng = np.random.default_rng(seed)
         self.pilot_buffer: list[Arrays] = []

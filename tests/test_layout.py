@@ -54,6 +54,41 @@ def test_the_server_side_imports_no_client_code(path):
     assert _imports(path).isdisjoint({"fedflex.clients", "fedflex.launch"})
 
 
+#: the core modules only the composition root (fedflex/launch) wires into a run
+WIRED_BY_THE_ROOT = {"data", "models", "partition", "progress", "interrupts", "evaluation"}
+
+
+def _fedflex_modules(path: Path) -> set[str]:
+    """The ``fedflex.<name>`` modules one file imports (first component after fedflex)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            parts = node.module.split(".")
+            if parts[0] == "fedflex":
+                if len(parts) > 1:
+                    found.add(parts[1])
+                else:
+                    found.update(a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                parts = a.name.split(".")
+                if parts[0] == "fedflex" and len(parts) > 1:
+                    found.add(parts[1])
+    return found
+
+
+@pytest.mark.parametrize("path", _files("strategies"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_server_side_does_not_wire_data_models_or_the_run(path):
+    # data, models, partitions, progress, interrupts and evaluation are the composition root's
+    assert _fedflex_modules(path).isdisjoint(WIRED_BY_THE_ROOT)
+
+
+def test_the_wiring_rule_catches_a_forbidden_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from fedflex.data import load_dataset\nfrom fedflex import interrupts\n")
+    assert _fedflex_modules(bad) >= {"data", "interrupts"}
+
+
 @pytest.mark.parametrize("path", _files("clients"), ids=lambda p: str(p.relative_to(ROOT)))
 def test_the_client_side_imports_no_server_code(path):
     assert _imports(path).isdisjoint({"fedflex.strategies", "fedflex.launch"})

@@ -20,7 +20,8 @@ from typing import Any, Iterable, Mapping, Optional, Union
 
 import numpy as np
 
-from fedflex.config import ConfigError, ScenarioConfig, load_scenario
+from fedflex.config import ConfigError, ScenarioConfig
+from fedflex.loader import load_scenario
 from fedflex.results import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE, MemoryRecorder, read_metrics, unusable_out_dir
 
 Scenario = Union[str, Path, ScenarioConfig, Mapping[str, Any]]

@@ -50,7 +50,8 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from fedflex.config import ConfigError, load_scenario
+from fedflex.config import ConfigError
+from fedflex.loader import load_scenario
 from fedflex.results import CHECKPOINT_FILE, default_out_dir
 from fedflex.rundir import RunDirError, RunDirLock
 
@@ -268,7 +269,7 @@ def _resume(args: argparse.Namespace) -> int:
         return _fail(
             "--resume DIR takes no scenario, overrides or --out: the run continues as configured in DIR/config.yaml"
         )
-    from fedflex.strategies.server_app import RunConfigError, resume_point
+    from fedflex.launch.server import RunConfigError, resume_point
 
     try:
         resume_point(out, option="--resume ")  # a run directory, before the lock file goes there

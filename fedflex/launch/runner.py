@@ -169,7 +169,7 @@ def _run(
     from flwr.simulation import run_simulation
 
     from fedflex.clients.client_app import app as client_app
-    from fedflex.strategies.server_app import make_server_app
+    from fedflex.launch.server import make_server_app
 
     data = load_dataset(cfg.dataset, cfg.num_clients, cfg.seed)  # fails early, before Ray starts
     check_data_fits(cfg, data)
@@ -177,7 +177,7 @@ def _run(
     if cfg.simulation.backend == "local":
         from fedflex.clients.cohort_app import CohortTrainer
         from fedflex.launch.local_grid import LocalGrid
-        from fedflex.strategies.server_app import run_server
+        from fedflex.launch.server import run_server
 
         cohorts = CohortTrainer(cfg.simulation.vectorize, cfg.simulation.cohort_size)
         logging.getLogger("fedflex.clients.cohort_app").setLevel(logging.INFO)  # say how clients train

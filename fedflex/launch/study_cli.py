@@ -15,7 +15,8 @@ import logging
 import sys
 from pathlib import Path
 
-from fedflex.config import ConfigError, load_scenario
+from fedflex.config import ConfigError
+from fedflex.loader import load_scenario
 from fedflex.study.runs import StudyError
 
 EXIT_USAGE = 2

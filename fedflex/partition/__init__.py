@@ -18,7 +18,7 @@ dispatches on ``PartitionConfig.scheme``:
 - ``label-sets``: the label-set patterns of the churn paper, Chang, Han,
   Hosseinalipour, Chiang & Brinton, "Federated Learning with Dynamic Client Arrival and
   Departure: Convergence and Rapid Adaptation via Initial Model Construction" (v1 and
-  v2, ``shared/papers/dynamic-clients-initial-model-v*.txt``): ``half``, ``two-shard``,
+  v2; docs/session-init.md): ``half``, ``two-shard``,
   ``partial-overlap``, ``distinct`` (v1) and ``sessions`` (v2). How each is read, with
   the authors' public code where the text is silent, is written in
   :func:`label_set_partition`.

@@ -70,7 +70,8 @@ def read_reference(path: Path) -> dict[str, Any]:
     StudyError
         When the file cannot be read or has no ``reference:``.
     """
-    from fedflex.config import ConfigError, _read_yaml
+    from fedflex.config import ConfigError
+    from fedflex.loader import _read_yaml
     from fedflex.study.sweep import is_study_file, read_study
 
     path = Path(path)

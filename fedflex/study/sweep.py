@@ -22,7 +22,7 @@ A study file (``scenarios/studies/*.yaml``) names what to sweep::
     variants:                     # optional: named bundles of overrides, one axis each
       method:
         fedavg: {strategy.aggregator.name: fedavg}
-        fedavgm: {strategy.aggregator.name: fedavgm, strategy.aggregator.server_momentum: 0.7}
+        fedavgm: {strategy.aggregator.name: fedavgm, strategy.aggregator.fedavgm.momentum: 0.7}
     grid:                         # key -> values; a variant axis -> variant names
       method: [fedavg, fedavgm]
       client.lr: [0.01, 0.1]
@@ -62,7 +62,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence, TextIO
 
-from fedflex.config import ConfigError, _read_yaml, load_scenario, to_yaml
+from fedflex.config import ConfigError
+from fedflex.loader import _read_yaml, load_scenario, to_yaml
 from fedflex.study.reference import label_parts, merge_references, parse_reference
 from fedflex.study.runs import (
     FINISHED,

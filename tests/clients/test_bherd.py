@@ -34,11 +34,13 @@ from fedflex.clients.client_app import app as client_app
 from fedflex.clients.common import RuleInput
 from fedflex.clients.fednova import fednova_a_norm, fednova_rule
 from fedflex.clients.train import TrainSettings
-from fedflex.config import LocalRuleConfig, load_scenario
+from fedflex.config import LocalRuleConfig
 from fedflex.data import ArrayDataset
 from fedflex.launch.local_grid import LocalGrid
+from fedflex.launch.server import run_server, train_config
+from fedflex.loader import load_scenario
+from fedflex.options import BHerdOptions
 from fedflex.strategies.parts import ServerRule
-from fedflex.strategies.server_app import run_server, train_config
 
 # the greedy example worked out on paper: mean (2, 1), centred c1 = (2, 0), c2 = (-1, 2),
 # c3 = (-2, -1), c4 = (1, -1); ||c||^2 = 4, 5, 5, 2 -> pick c4, s = (1, -1);
@@ -168,7 +170,9 @@ def _input(model, data, options=None, rule="sgd", **settings):
         settings=TrainSettings(**settings),
         generator=torch.Generator().manual_seed(0),
         device=torch.device("cpu"),
-        options=LocalRuleConfig(name=rule, **(options or {})),
+        options=LocalRuleConfig(
+            name=rule, bherd=BHerdOptions(**{k.removeprefix("bherd_"): v for k, v in (options or {}).items()})
+        ),
     )
 
 
@@ -252,34 +256,34 @@ def _max_diff(a, b):
 @pytest.mark.parametrize("model", ["logreg", "mlp"])
 def test_bherd_alpha_one_is_fedavg_end_to_end(model):
     fedavg = _final([f"model.name={model}"])
-    bherd = _final([f"model.name={model}", *BHERD, "strategy.local_rule.bherd_alpha=1.0"])
-    half = _final([f"model.name={model}", *BHERD, "strategy.local_rule.bherd_alpha=0.5"])
+    bherd = _final([f"model.name={model}", *BHERD, "strategy.local_rule.bherd.alpha=1.0"])
+    half = _final([f"model.name={model}", *BHERD, "strategy.local_rule.bherd.alpha=0.5"])
     assert _max_diff(fedavg, bherd) < 1e-6
     assert _max_diff(fedavg, half) > 1e-2  # alpha < 1 is not model averaging
 
 
 def test_bherd_on_fednova_alpha_one_is_fednova():
     fednova = _final(["strategy.local_rule.name=fednova"])
-    bherd = _final([*BHERD, "strategy.local_rule.bherd_alpha=1.0", "strategy.local_rule.bherd_base=fednova"])
+    bherd = _final([*BHERD, "strategy.local_rule.bherd.alpha=1.0", "strategy.local_rule.bherd.base=fednova"])
     assert _max_diff(fednova, bherd) < 1e-6
 
 
 def test_bherd_on_scaffold_alpha_one_is_scaffold():
     scaffold = _final(["strategy.local_rule.name=scaffold"])
-    bherd = _final([*BHERD, "strategy.local_rule.bherd_alpha=1.0", "strategy.local_rule.bherd_base=scaffold"])
+    bherd = _final([*BHERD, "strategy.local_rule.bherd.alpha=1.0", "strategy.local_rule.bherd.base=scaffold"])
     assert _max_diff(scaffold, bherd) < 1e-6
 
 
 def test_bherd_with_a_row_bound_at_alpha_one_is_still_fedavg():
     fedavg = _final([])
-    bounded = _final([*BHERD, "strategy.local_rule.bherd_alpha=1.0", "strategy.local_rule.bherd_max_stored=2"])
+    bounded = _final([*BHERD, "strategy.local_rule.bherd.alpha=1.0", "strategy.local_rule.bherd.max_stored=2"])
     assert _max_diff(fedavg, bounded) < 1e-6
 
 
 def test_herding_figures_reach_metrics_jsonl(tmp_path):
     from fedflex.results import read_metrics
 
-    _final([*BHERD, "strategy.local_rule.bherd_alpha=0.5"], tmp_path / "out")
+    _final([*BHERD, "strategy.local_rule.bherd.alpha=0.5"], tmp_path / "out")
     rows = read_metrics(tmp_path / "out")
     assert all(r["herd_alpha_t"] == 0.5 and len(r["herd_distance"]) == 4 for r in rows)
     assert all(len(r["herd_mean_norm"]) == 4 and min(r["herd_mean_norm"]) > 0 for r in rows)
@@ -306,7 +310,7 @@ def _train_message(cfg, model, server_round):
 
 @pytest.mark.parametrize("fixed", [True, False])
 def test_fixed_order_gives_the_same_batches_every_round(fixed):
-    cfg = load_scenario(None, BASE + [f"strategy.local_rule.bherd_fixed_order={fixed}"])
+    cfg = load_scenario(None, BASE + [f"strategy.local_rule.fixed_order={fixed}"])
     context = Context(run_id=1, node_id=1, node_config={"partition-id": 0}, state=RecordDict(), run_config={})
     task = runtime.get_task(train_config(cfg)[keys.TASK])
     start = OrderedDict((k, v.clone()) for k, v in task.model.state_dict().items())

@@ -21,13 +21,14 @@ from fedflex.clients.client_app import app as client_app
 from fedflex.clients.cohort import CohortClient, train_cohort, unsupported_reason
 from fedflex.clients.cohort_app import CohortTrainer
 from fedflex.clients.train import StepTerms, TrainSettings, local_train
-from fedflex.config import ConfigError, ModelConfig, load_scenario
+from fedflex.config import ConfigError, ModelConfig
 from fedflex.data import ArrayDataset
 from fedflex.launch.local_grid import LocalGrid
+from fedflex.launch.server import run_server, train_config
+from fedflex.loader import load_scenario
 from fedflex.models import build_model
 from fedflex.results import read_metrics
 from fedflex.strategies.parts import ServerRule
-from fedflex.strategies.server_app import run_server, train_config
 
 TOL_PARAM = 2e-5
 TOL_LOSS = 1e-5
@@ -194,7 +195,7 @@ BASE = [
 
 def _train_messages(cfg, grid, rule_payload=None):
     """One round's train messages as the strategy builds them: one shared content."""
-    from fedflex.strategies.server_app import initial_model
+    from fedflex.launch.server import initial_model
 
     task = runtime.get_task(str(train_config(cfg)[keys.TASK]))
     model = initial_model(cfg, task.train.input_shape, task.train.num_classes)
@@ -212,7 +213,7 @@ def _train_messages(cfg, grid, rule_payload=None):
 @pytest.mark.parametrize("rule", ["sgd", "fedprox", "scaffold", "fednova", "feddyn", "fedcm"])
 def test_cohort_replies_carry_the_sequential_replies_records(rule):
     # Prepare: the same messages through a plain grid and a cohort grid
-    cfg = load_scenario(None, BASE + [f"strategy.local_rule.name={rule}", "strategy.local_rule.mu=0.1"])
+    cfg = load_scenario(None, BASE + [f"strategy.local_rule.name={rule}", "strategy.local_rule.fedprox.mu=0.1"])
     plain = LocalGrid(client_app, cfg.num_clients, seed=1)
     cohort = LocalGrid(client_app, cfg.num_clients, seed=1, train_batch=CohortTrainer("on", cohort_size=4))
     payload = None

@@ -19,6 +19,7 @@ from fedflex.clients.feddyn import FEDDYN
 from fedflex.clients.train import TrainSettings
 from fedflex.config import LocalRuleConfig
 from fedflex.data import ArrayDataset
+from fedflex.options import FedCMOptions, FedDynOptions
 
 ONE_STEP = TrainSettings(steps=1, batch_size=1, lr=1.0)
 
@@ -49,7 +50,7 @@ def _ones_state() -> RecordDict:
 def test_feddyn_step_subtracts_the_clients_gradient_state():
     # Prepare: g_k = 1 everywhere; at the start w = w^{t-1}, so the proximal term is 0:
     # step = loss grad - g_k = (-1/2 - 1, 1/2 - 1) = (-3/2, -1/2); lr 1 -> w = (3/2, 1/2)
-    inp = _input(LocalRuleConfig(name="feddyn", feddyn_alpha=0.1), state=_ones_state())
+    inp = _input(LocalRuleConfig(name="feddyn", feddyn=FedDynOptions(alpha=0.1)), state=_ones_state())
 
     # Execute
     FEDDYN.run(inp)
@@ -62,7 +63,7 @@ def test_feddyn_step_subtracts_the_clients_gradient_state():
 def test_feddyn_keeps_the_new_gradient_state_on_the_node():
     # g_k <- g_k - alpha (w_k - w^{t-1}) = 1 - 0.1 (3/2, 1/2) = (0.85, 0.95)
     state = _ones_state()
-    FEDDYN.run(_input(LocalRuleConfig(name="feddyn", feddyn_alpha=0.1), state=state))
+    FEDDYN.run(_input(LocalRuleConfig(name="feddyn", feddyn=FedDynOptions(alpha=0.1)), state=state))
     stored = state[keys.FEDDYN_GRAD].to_torch_state_dict()
     assert stored["weight"].flatten().tolist() == pytest.approx([0.85, 0.95])
     assert stored["bias"].tolist() == pytest.approx([0.85, 0.95])
@@ -71,7 +72,7 @@ def test_feddyn_keeps_the_new_gradient_state_on_the_node():
 def test_feddyn_starts_from_a_zero_gradient_state():
     # no state yet: the first step is plain SGD, w = (1/2, -1/2); g = 0 - 0.5 (1/2, -1/2)
     state = RecordDict()
-    FEDDYN.run(_input(LocalRuleConfig(name="feddyn", feddyn_alpha=0.5), state=state))
+    FEDDYN.run(_input(LocalRuleConfig(name="feddyn", feddyn=FedDynOptions(alpha=0.5)), state=state))
     stored = state[keys.FEDDYN_GRAD].to_torch_state_dict()
     assert stored["bias"].tolist() == pytest.approx([-0.25, 0.25])
 
@@ -80,7 +81,7 @@ def test_fedcm_steps_along_the_blend_of_gradient_and_global_momentum():
     # Prepare: Delta = 2 everywhere, alpha = 1/4:
     # v = 1/4 (-1/2, 1/2) + 3/4 * 2 = (11/8, 13/8); lr 1 -> w = -v
     delta = {"weight": torch.full((2, 1), 2.0), "bias": torch.full((2,), 2.0)}
-    inp = _input(LocalRuleConfig(name="fedcm", fedcm_alpha=0.25), payload={keys.FEDCM_DELTA: delta})
+    inp = _input(LocalRuleConfig(name="fedcm", fedcm=FedCMOptions(alpha=0.25)), payload={keys.FEDCM_DELTA: delta})
 
     # Execute
     FEDCM.run(inp)

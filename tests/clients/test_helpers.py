@@ -34,6 +34,7 @@ from fedflex.clients.scaffold import SCAFFOLD
 from fedflex.clients.train import TrainSettings, batch_order
 from fedflex.config import LocalRuleConfig
 from fedflex.data import ArrayDataset
+from fedflex.options import BHerdOptions, FedCMOptions, FedDynOptions, FedProxOptions
 from fedflex.records import to_record
 
 
@@ -107,7 +108,7 @@ def _variate(model, value):
 @pytest.mark.parametrize("alpha", [0.5, 0.25])
 def test_bherd_client_sends_fedflexs_herded_gradient_sum(alpha):
     # Prepare: 2 epochs of ceil(14 / 4) = 4 batches: tau = 8, k = floor(8 alpha + 1/2)
-    options = LocalRuleConfig(name="bherd", bherd_alpha=alpha)
+    options = LocalRuleConfig(name="bherd", bherd=BHerdOptions(alpha=alpha))
     ours, theirs = _model(), _model()
     # Execute
     expected = _fedflex(bherd_rule, ours, options)
@@ -123,7 +124,7 @@ def test_bherd_client_sends_fedflexs_herded_gradient_sum(alpha):
 
 
 def test_bherd_client_on_scaffold_sends_both_records_as_fedflex():
-    options = LocalRuleConfig(name="bherd", bherd_base="scaffold")
+    options = LocalRuleConfig(name="bherd", bherd=BHerdOptions(base="scaffold"))
     ours, theirs = _model(), _model()
     payload = {keys.SCAFFOLD_C: _variate(ours, 0.05)}
     state_ours, state_theirs = RecordDict(), RecordDict()
@@ -137,7 +138,7 @@ def test_bherd_client_on_scaffold_sends_both_records_as_fedflex():
 
 def test_bherd_client_with_declared_steps_blocks_as_fedflex():
     # bherd_max_stored = 3 of tau = 8 steps: blocks of 3, 3, 2 steps; needs steps=8
-    options = LocalRuleConfig(name="bherd", bherd_max_stored=3)
+    options = LocalRuleConfig(name="bherd", bherd=BHerdOptions(max_stored=3))
     ours, theirs = _model(), _model()
     expected = _fedflex(bherd_rule, ours, options)
     content = _helped(helpers.BHerdClient, theirs, options, steps=8)
@@ -199,10 +200,15 @@ def test_fednova_client_sends_fedflexs_normalised_update():
 @pytest.mark.parametrize(
     ("cls", "steps", "options", "extra_config"),
     [
-        (helpers.FedProxClient, SGD, LocalRuleConfig(name="fedprox", mu=0.5), None),
-        (helpers.FedProxClient, SGD, LocalRuleConfig(name="fedprox", mu=0.5), {"proximal-mu": 0.5}),
-        (helpers.FedDynClient, FEDDYN, LocalRuleConfig(name="feddyn", feddyn_alpha=0.3), None),
-        (helpers.FedCMClient, FEDCM, LocalRuleConfig(name="fedcm", fedcm_alpha=0.2), None),
+        (helpers.FedProxClient, SGD, LocalRuleConfig(name="fedprox", fedprox=FedProxOptions(mu=0.5)), None),
+        (
+            helpers.FedProxClient,
+            SGD,
+            LocalRuleConfig(name="fedprox", fedprox=FedProxOptions(mu=0.5)),
+            {"proximal-mu": 0.5},
+        ),
+        (helpers.FedDynClient, FEDDYN, LocalRuleConfig(name="feddyn", feddyn=FedDynOptions(alpha=0.3)), None),
+        (helpers.FedCMClient, FEDCM, LocalRuleConfig(name="fedcm", fedcm=FedCMOptions(alpha=0.2)), None),
     ],
     ids=["fedprox", "flower-fedprox", "feddyn", "fedcm"],
 )
@@ -217,7 +223,12 @@ def test_term_clients_train_as_fedflex_up_to_rounding(cls, steps, options, extra
         options = LocalRuleConfig()
     start = copy.deepcopy(ours.state_dict())
     # Execute
-    fedflex_options = LocalRuleConfig(name=cls.rules[0], mu=0.5, feddyn_alpha=0.3, fedcm_alpha=0.2)
+    fedflex_options = LocalRuleConfig(
+        name=cls.rules[0],
+        fedprox=FedProxOptions(mu=0.5),
+        feddyn=FedDynOptions(alpha=0.3),
+        fedcm=FedCMOptions(alpha=0.2),
+    )
     steps.run(_input(ours, fedflex_options, payload, states[0]))
     content = _helped(cls, theirs, options, payload, states[1], extra_config)
     # Assert: the same model (moved well away from the start), the same node state

@@ -17,12 +17,13 @@ from fedflex import keys
 from fedflex.clients.client_app import app as client_app
 from fedflex.clients.cohort_app import CohortTrainer
 from fedflex.clients.train import TrainSettings, drawn_settings
-from fedflex.config import ClientConfig, ConfigError, load_scenario
+from fedflex.config import ClientConfig, ConfigError
 from fedflex.launch.cli import main
 from fedflex.launch.local_grid import LocalGrid
+from fedflex.launch.server import train_config
+from fedflex.loader import load_scenario
 from fedflex.records import from_record, to_record
 from fedflex.strategies.parts import ServerRule
-from fedflex.strategies.server_app import train_config
 
 QUICKSTART = "scenarios/quickstart.yaml"
 AUTHORS = (2, 5)  # the authors' epochs: np.random.randint(2, 5 + 1)

@@ -13,7 +13,7 @@ import pytest
 from deploy_helpers import QUICKSTART, read_rows, tiny_overrides, wait_for
 
 from fedflex.launch import cli
-from fedflex.strategies.server_app import CheckpointError, load_checkpoint
+from fedflex.launch.server import CheckpointError, load_checkpoint
 
 ROUNDS = 4
 

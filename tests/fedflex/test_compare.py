@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedflex.config import load_scenario, to_yaml
 from fedflex.launch.cli import main
+from fedflex.loader import load_scenario, to_yaml
 from fedflex.study.compare import compare, curve, find_runs, group_runs, load_run, write_comparison
 from fedflex.study.runs import StudyError
 

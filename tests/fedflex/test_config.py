@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from fedflex.config import ConfigError, ScenarioConfig, load_scenario, to_yaml
+from fedflex.config import ConfigError, ScenarioConfig
+from fedflex.loader import load_scenario, to_yaml
 
 SCENARIOS = sorted(p for p in (Path(__file__).parents[2] / "scenarios").rglob("*.yaml") if "studies" not in p.parts)
 

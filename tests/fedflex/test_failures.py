@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedflex.config import ConfigError, load_scenario
+from fedflex.config import ConfigError
 from fedflex.launch.cli import main
+from fedflex.loader import load_scenario
 
 ROOT = Path(__file__).parents[2]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"

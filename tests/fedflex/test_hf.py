@@ -11,9 +11,10 @@ import pytest
 import torch
 
 import fedflex
-from fedflex.config import ConfigError, DatasetConfig, load_scenario
+from fedflex.config import ConfigError, DatasetConfig
 from fedflex.data import DataNotFoundError, check_data_fits, load_dataset
 from fedflex.hf import PAD_ID, UNK_ID, Tokenizer
+from fedflex.loader import load_scenario
 
 ROOT = Path(__file__).parents[2]
 AGNEWS = ROOT / "scenarios" / "agnews.yaml"
@@ -339,7 +340,7 @@ def test_cohorts_train_the_embedding_bag_as_one_by_one(data_root):
     "parts",
     [
         ["strategy.local_rule.name=scaffold"],
-        ["strategy.local_rule.name=fedprox", "strategy.local_rule.mu=0.01"],
+        ["strategy.local_rule.name=fedprox", "strategy.local_rule.fedprox.mu=0.01"],
         ["strategy.aggregator.name=bherd", "strategy.local_rule.name=bherd", "client.steps=4"],
         ["strategy.sampler.name=hics", "model.name=text-cnn", "model.text_hidden=8"],
         ["model.name=text-lstm", "model.text_hidden=8", "dataset.padding=left", "client.optimizer=adam"],

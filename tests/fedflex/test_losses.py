@@ -9,9 +9,10 @@ import torch
 from torch import nn
 
 from fedflex import config
-from fedflex.config import ConfigError, DatasetConfig, ModelConfig, PartitionConfig, load_scenario
+from fedflex.config import ConfigError, DatasetConfig, ModelConfig, PartitionConfig
 from fedflex.data import ArrayDataset, FederatedData, apply_label_map
 from fedflex.evaluation import evaluate
+from fedflex.loader import load_scenario
 from fedflex.losses import LOSSES, get_loss, squared_hinge
 from fedflex.models import build_model
 from fedflex.partition import label_group_partition, make_partition, partition_data

@@ -5,26 +5,29 @@ from __future__ import annotations
 
 import logging
 
-from fedflex.config import ClientConfig, LocalRuleConfig, load_scenario, warn_unused
+from fedflex.config import ClientConfig, LocalRuleConfig
+from fedflex.loader import load_scenario, warn_unused
+from fedflex.options import BHerdOptions, FedProxOptions
 from fedflex.records import from_record, to_record
 
 
 def test_rule_options_become_kebab_case_entries_under_the_prefix():
     # Prepare
-    options = LocalRuleConfig(name="bherd", bherd_alpha=0.3, bherd_base="scaffold")
+    options = LocalRuleConfig(name="bherd", bherd=BHerdOptions(alpha=0.3, base="scaffold"))
 
     # Execute
     entries = to_record(options, "local-rule", only=options.sent())
 
-    # Assert: bherd reads alpha, dtype, max_stored, base and the batch order; not mu
+    # Assert: bherd reads its section (alpha, dtype, max_stored, base) and the batch order; not mu
     assert entries == {
         "local-rule.name": "bherd",
-        "local-rule.bherd-alpha": 0.3,
-        "local-rule.bherd-fixed-order": False,
-        "local-rule.bherd-dtype": "float32",
-        "local-rule.bherd-max-stored": 0,
-        "local-rule.bherd-base": "scaffold",
+        "local-rule.fixed-order": False,
+        "local-rule.bherd.alpha": 0.3,
+        "local-rule.bherd.dtype": "float32",
+        "local-rule.bherd.max-stored": 0,
+        "local-rule.bherd.base": "scaffold",
     }
+    assert from_record(LocalRuleConfig, entries, "local-rule") == options
 
 
 def test_a_record_reads_back_as_the_object_that_wrote_it():
@@ -66,10 +69,10 @@ def test_worker_settings_stay_out_of_the_train_record():
 def test_an_option_the_chosen_rule_ignores_is_warned_about(caplog):
     # Prepare / Execute
     with caplog.at_level(logging.WARNING, logger="fedflex.config"):
-        load_scenario("scenarios/quickstart.yaml", ["strategy.local_rule.mu=0.5"])
+        load_scenario("scenarios/quickstart.yaml", ["strategy.local_rule.fedprox.mu=0.5"])
 
     # Assert
-    assert "strategy.local_rule.mu=0.5 does nothing for local rule sgd (read by: fedprox)" in caplog.text
+    assert "strategy.local_rule.fedprox.mu=0.5 does nothing for local rule sgd (read by: fedprox)" in caplog.text
 
 
 def test_an_option_the_chosen_part_reads_is_not_warned_about():
@@ -77,24 +80,25 @@ def test_an_option_the_chosen_part_reads_is_not_warned_about():
         "scenarios/quickstart.yaml",
         [
             "strategy.local_rule.name=fedprox",
-            "strategy.local_rule.mu=0.5",
-            "strategy.aggregator.aware=true",
-            "strategy.aggregator.aware_momentum=0.3",
+            "strategy.local_rule.fedprox.mu=0.5",
+            "strategy.aggregator.aware.enabled=true",
+            "strategy.aggregator.aware.momentum=0.3",
             "strategy.sampler.name=hics",
-            "strategy.sampler.temperature=0.01",
+            "strategy.sampler.hics.temperature=0.01",
         ],
     )
     assert warn_unused(cfg) == []
 
 
 def test_aware_options_without_aware_are_warned_about():
-    cfg = load_scenario("scenarios/quickstart.yaml", ["strategy.aggregator.aware_momentum=0.3"])
+    cfg = load_scenario("scenarios/quickstart.yaml", ["strategy.aggregator.aware.momentum=0.3"])
     assert warn_unused(cfg) == [
-        "strategy.aggregator.aware_momentum=0.3 does nothing for aggregator fedavg (read by: fedaware, aware=true)"
+        "strategy.aggregator.aware.momentum=0.3 does nothing for aggregator fedavg "
+        "(read by: fedaware, aware.enabled=true)"
     ]
 
 
 def test_an_option_left_at_its_default_is_not_warned_about():
     # the scenario sets mu to its default explicitly: nothing to say
-    cfg = load_scenario("scenarios/quickstart.yaml", [f"strategy.local_rule.mu={LocalRuleConfig.mu}"])
+    cfg = load_scenario("scenarios/quickstart.yaml", [f"strategy.local_rule.fedprox.mu={FedProxOptions.mu}"])
     assert warn_unused(cfg) == []

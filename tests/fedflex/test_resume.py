@@ -26,7 +26,7 @@ OVERRIDES = [
     "output.plots=false",
     "dataset.samples_per_client=4000",
     "strategy.aggregator.name=fedavgm",
-    "strategy.aggregator.server_momentum=0.5",
+    "strategy.aggregator.fedavgm.momentum=0.5",
 ]
 
 

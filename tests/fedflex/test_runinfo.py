@@ -38,7 +38,7 @@ def test_run_log_copies_the_runs_log_lines_and_is_removed_after(tmp_path):
     # Execute
     with runinfo.run_log(tmp_path, "starting quickstart"):
         logging.getLogger("fedflex.something").warning("round %d: a warning", 3)
-        logging.getLogger("fedflex.strategies.observers").error("an error")
+        logging.getLogger("fedflex.launch.observers").error("an error")
         logging.getLogger("flwr").warning("Flower says")
         logging.getLogger("elsewhere").warning("not the run's")
     logging.getLogger("fedflex.something").warning("after the run")
@@ -48,7 +48,7 @@ def test_run_log_copies_the_runs_log_lines_and_is_removed_after(tmp_path):
     assert lines == [
         "INFO fedflex.runinfo: starting quickstart",
         "WARNING fedflex.something: round 3: a warning",
-        "ERROR fedflex.strategies.observers: an error",
+        "ERROR fedflex.launch.observers: an error",
         "WARNING flwr: Flower says",
     ]
     assert {name: list(logging.getLogger(name).handlers) for name in runinfo.RUN_LOGGERS} == before

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fedflex.config import load_scenario
+from fedflex.loader import load_scenario
 from fedflex.strategies.build import check_parts
 from fedflex.study.reference import label_parts
 from fedflex.study.runs import flatten

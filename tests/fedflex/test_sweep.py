@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fedflex.config import load_scenario, to_yaml
 from fedflex.launch.cli import main
+from fedflex.loader import load_scenario, to_yaml
 from fedflex.study import runs
 from fedflex.study.sweep import (
     StudyError,
@@ -188,7 +188,7 @@ overrides: {{rounds: 2}}
 variants:
   method:
     plain: {{strategy.aggregator.name: fedavg}}
-    momentum: {{strategy.aggregator.name: fedavgm, strategy.aggregator.server_momentum: 0.7}}
+    momentum: {{strategy.aggregator.name: fedavgm, strategy.aggregator.fedavgm.momentum: 0.7}}
 grid:
   method: [plain, momentum]
   client.lr: [0.1]
@@ -208,7 +208,7 @@ def test_a_variant_axis_stands_for_its_overrides_and_names_the_directory(tmp_pat
     ]
     assert sweep.members[1].overrides == [
         "strategy.aggregator.name=fedavgm",
-        "strategy.aggregator.server_momentum=0.7",
+        "strategy.aggregator.fedavgm.momentum=0.7",
         "client.lr=0.1",
         "seed=3",
     ]

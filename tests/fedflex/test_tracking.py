@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedflex.config import ConfigError, load_scenario
+from fedflex.config import ConfigError
 from fedflex.launch.cli import main
-from fedflex.strategies.observers import Tracking
+from fedflex.launch.observers import Tracking
+from fedflex.loader import load_scenario
 from fedflex.tracking import flatten, numeric, row_scalars
 
 ROOT = Path(__file__).parents[2]
@@ -88,8 +89,8 @@ def test_a_failing_tracker_is_dropped_and_the_others_go_on(caplog):
 
     # Execute
     with caplog.at_level(logging.ERROR):
-        tracking(_Record({"round": 1, "test_accuracy": 0.4}))
-        tracking(_Record({"round": 2, "test_accuracy": 0.6}))
+        tracking.after_round(_Record({"round": 1, "test_accuracy": 0.4}))
+        tracking.after_round(_Record({"round": 2, "test_accuracy": 0.6}))
     tracking.finish({"status": "completed", "final_test_accuracy": 0.6, "strategy": {"sampler": "uniform"}})
 
     # Assert

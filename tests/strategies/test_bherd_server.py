@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from fedflex import keys
-from fedflex.config import ConfigError, load_scenario
+from fedflex.config import ConfigError
+from fedflex.loader import load_scenario
 from fedflex.strategies.basic import FedAvgAggregator
 from fedflex.strategies.bherd import BHerdAggregator, bherd_coefficients
 from fedflex.strategies.build import build_strategy, check_parts
@@ -149,9 +150,9 @@ BASE = ["num_clients=4", "churn.kind=none"]
             [
                 "strategy.local_rule.name=grab",
                 "strategy.aggregator.name=bherd",
-                "strategy.local_rule.bherd_base=scaffold",
+                "strategy.local_rule.bherd.base=scaffold",
             ],
-            "strategy.local_rule.bherd_base",
+            "strategy.local_rule.bherd.base",
         ),
         (
             ["strategy.local_rule.name=bherd", "strategy.aggregator.name=bherd", "client.optimizer=adam"],
@@ -160,8 +161,12 @@ BASE = ["num_clients=4", "churn.kind=none"]
         (["strategy.local_rule.name=fednova", "client.optimizer=adam"], "client.optimizer"),
         (["model.name=svm", "model.loss=squared-hinge"], "dataset.label_map"),
         (
-            ["strategy.local_rule.name=bherd", "strategy.aggregator.name=bherd", "strategy.aggregator.aware=true"],
-            "strategy.aggregator.aware",
+            [
+                "strategy.local_rule.name=bherd",
+                "strategy.aggregator.name=bherd",
+                "strategy.aggregator.aware.enabled=true",
+            ],
+            "strategy.aggregator.aware.enabled",
         ),
     ],
 )
@@ -178,8 +183,8 @@ def test_svm_with_cross_entropy_fails_at_load():
 
 
 def test_bherd_base_value_is_checked_at_load():
-    with pytest.raises(ConfigError, match="bherd_base"):
-        load_scenario(None, ["strategy.local_rule.bherd_base=fedprox"])
+    with pytest.raises(ConfigError, match="bherd.base"):
+        load_scenario(None, ["strategy.local_rule.bherd.base=fedprox"])
 
 
 def test_bherd_on_scaffold_carries_options_and_the_control_variate():
@@ -189,15 +194,15 @@ def test_bherd_on_scaffold_carries_options_and_the_control_variate():
         + [
             "strategy.local_rule.name=bherd",
             "strategy.aggregator.name=bherd",
-            "strategy.local_rule.bherd_base=scaffold",
-            "strategy.local_rule.bherd_alpha=0.3",
+            "strategy.local_rule.bherd.base=scaffold",
+            "strategy.local_rule.bherd.alpha=0.3",
         ],
     )
     strategy = build_strategy(cfg, None)
     rule = strategy.server_rule
     assert isinstance(rule, ScaffoldServer)
     sent = rule.train_config(1)
-    assert sent["local-rule.bherd-alpha"] == 0.3 and sent["local-rule.bherd-base"] == "scaffold"
+    assert sent["local-rule.bherd.alpha"] == 0.3 and sent["local-rule.bherd.base"] == "scaffold"
     assert isinstance(strategy.aggregator, BHerdAggregator) and strategy.aggregator.divisor == "alpha"
 
 
@@ -209,7 +214,7 @@ def test_divisor_follows_the_local_rule(rule, base, divisor):
         + [
             f"strategy.local_rule.name={rule}",
             "strategy.aggregator.name=bherd",
-            f"strategy.local_rule.bherd_base={base}",
+            f"strategy.local_rule.bherd.base={base}",
         ],
     )
     assert build_strategy(cfg, None).aggregator.divisor == divisor
@@ -217,5 +222,5 @@ def test_divisor_follows_the_local_rule(rule, base, divisor):
 
 def test_plain_fedavg_sends_only_the_options_sgd_reads():
     # sgd reads no option of its own: its server half sends the name and the batch order
-    rule = build_strategy(load_scenario(None, BASE + ["strategy.local_rule.mu=0.3"]), None).server_rule
-    assert rule.train_config(1) == {"local-rule.name": "sgd", "local-rule.bherd-fixed-order": False}
+    rule = build_strategy(load_scenario(None, BASE + ["strategy.local_rule.fedprox.mu=0.3"]), None).server_rule
+    assert rule.train_config(1) == {"local-rule.name": "sgd", "local-rule.fixed-order": False}

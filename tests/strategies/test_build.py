@@ -12,7 +12,7 @@ from fedflex import config
 from fedflex.clients.node import rule_options
 from fedflex.clients.rules import LOCAL_RULES as CLIENT_RULES
 from fedflex.clients.rules import SGD
-from fedflex.config import load_scenario
+from fedflex.loader import load_scenario
 from fedflex.strategies.build import AGGREGATORS, INITIALIZERS, SAMPLERS, SERVER_RULES, build_strategy
 
 BASE = ["num_clients=4", "dataset.samples_per_client=20", "churn.kind=none", "output.progress=off"]
@@ -28,7 +28,7 @@ def test_every_name_the_config_accepts_has_a_server_part_and_a_client_rule():
 @pytest.mark.parametrize("rule, expected_mu", [("fedprox", 0.3), ("sgd", 0.0)])
 def test_fedprox_mu_travels_from_the_scenario_to_the_clients_step(rule, expected_mu):
     # Prepare: the scenario sets mu; only fedprox reads it
-    cfg = load_scenario(None, BASE + [f"strategy.local_rule.name={rule}", "strategy.local_rule.mu=0.3"])
+    cfg = load_scenario(None, BASE + [f"strategy.local_rule.name={rule}", "strategy.local_rule.fedprox.mu=0.3"])
     sent = ConfigRecord(build_strategy(cfg, None).server_rule.train_config(1))
 
     # Execute: what the client reads back, and the term its first step adds

@@ -11,19 +11,12 @@ import pytest
 
 import fedflex.clients.runtime as runtime
 from fedflex.clients.client_app import app as client_app
-from fedflex.config import (
-    INITIALIZERS,
-    LOCAL_RULES,
-    PLAIN_AGGREGATORS,
-    ROBUST_AGGREGATORS,
-    SAMPLERS,
-    ConfigError,
-    load_scenario,
-)
+from fedflex.config import INITIALIZERS, LOCAL_RULES, PLAIN_AGGREGATORS, ROBUST_AGGREGATORS, SAMPLERS, ConfigError
 from fedflex.launch.local_grid import LocalGrid
+from fedflex.launch.server import run_server
+from fedflex.loader import load_scenario
 from fedflex.results import read_metrics
 from fedflex.strategies.build import check_parts
-from fedflex.strategies.server_app import run_server
 
 # 2 rounds, a new session each round: round 2 is a session start after the pilot
 # session, so session-aware runs its gradient round there
@@ -33,7 +26,7 @@ BASE = [
     "dataset.samples_per_client=20",
     "client.batch_size=5",
     "strategy.sampler.clients_per_round=2",
-    "strategy.sampler.d=3",
+    "strategy.sampler.powd.d=3",
     "churn.kind=sessions",
     "churn.sessions=[[0,1,2],[1,2,3]]",
     "churn.rounds_per_session=1",
@@ -77,7 +70,7 @@ def _parts(sampler, aggregator, init, rule):
 
 
 # krum / bulyan need 2f + 3 / 4f + 3 replies: f = 0 and 3 of the 4 clients
-ROBUST = ["strategy.aggregator.num_malicious=0", "strategy.sampler.clients_per_round=3"]
+ROBUST = ["strategy.aggregator.krum.num_malicious=0", "strategy.sampler.clients_per_round=3"]
 
 
 @pytest.mark.parametrize("sampler, aggregator", list(itertools.product(SAMPLERS, PLAIN_AGGREGATORS)))

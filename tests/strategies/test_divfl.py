@@ -8,12 +8,13 @@ import pytest
 
 import fedflex.clients.runtime as runtime
 from fedflex.clients.client_app import app as client_app
-from fedflex.config import ConfigError, load_scenario
+from fedflex.config import ConfigError
 from fedflex.launch.local_grid import LocalGrid
+from fedflex.launch.server import run_server
+from fedflex.loader import load_scenario
 from fedflex.results import read_metrics
 from fedflex.strategies.divfl import DivFLSampler, greedy_facility_location, pairwise_distances
 from fedflex.strategies.parts import ClientUpdate
-from fedflex.strategies.server_app import run_server
 
 # clients on a line at 0, 1, 10, 11, 12 (one-number updates)
 LINE = [0.0, 1.0, 10.0, 11.0, 12.0]
@@ -100,8 +101,8 @@ def test_ideal_sampler_does_not_probe_when_everyone_trains():
 
 
 def test_config_refuses_unknown_proxies_by_name():
-    with pytest.raises(ConfigError, match="strategy.sampler.divfl_proxies"):
-        load_scenario(None, ["strategy.sampler.name=divfl", "strategy.sampler.divfl_proxies=fresh"])
+    with pytest.raises(ConfigError, match="strategy.sampler.divfl.proxies"):
+        load_scenario(None, ["strategy.sampler.name=divfl", "strategy.sampler.divfl.proxies=fresh"])
 
 
 def test_ideal_divfl_runs_real_rounds_and_probes_every_online_client(tmp_path, monkeypatch):
@@ -116,8 +117,8 @@ def test_ideal_divfl_runs_real_rounds_and_probes_every_online_client(tmp_path, m
             "client.batch_size=5",
             "strategy.sampler.clients_per_round=2",
             "strategy.sampler.name=divfl",
-            "strategy.sampler.divfl_proxies=ideal",
-            "strategy.sampler.divfl_probe_steps=1",
+            "strategy.sampler.divfl.proxies=ideal",
+            "strategy.sampler.divfl.probe_steps=1",
             "strategy.local_rule.name=scaffold",
             "output.progress=off",
             "output.plots=false",

@@ -11,8 +11,10 @@ import pytest
 from scipy.optimize import minimize
 
 from fedflex.clients.client_app import app as client_app
-from fedflex.config import ConfigError, load_scenario
+from fedflex.config import ConfigError
 from fedflex.launch.local_grid import LocalGrid
+from fedflex.launch.server import run_server
+from fedflex.loader import load_scenario
 from fedflex.results import read_metrics
 from fedflex.strategies.basic import ExploreFirstSampler, FedAvgAggregator, UniformSampler
 from fedflex.strategies.build import build_strategy, check_parts
@@ -29,8 +31,7 @@ from fedflex.strategies.fedaware import (
     two_point,
 )
 from fedflex.strategies.optimizers import FedAvgM
-from fedflex.strategies.parts import ClientUpdate
-from fedflex.strategies.server_app import run_server
+from fedflex.strategies.parts import ClientUpdate, RoundFacts
 
 SQRT3 = math.sqrt(3.0)
 
@@ -189,7 +190,7 @@ def test_without_warmup_aware_starts_at_once():
 
 def test_with_churn_warmup_waits_only_for_the_online_clients():
     agg = FedAwareAggregator(4, momentum=1.0)
-    agg.bind(SimpleNamespace(record=SimpleNamespace(round=1, online=[0, 1])))
+    agg.bind(SimpleNamespace(facts=RoundFacts(round=1, online=np.array([0, 1]))))
     x = _model(0.0, 0.0)
     agg.aggregate(1, x, [_up(0, x["w"], [1, 0]), _up(1, x["w"], [0, 1])])
     assert agg.round_metrics()["aware_phase"] == "aware"  # clients 2, 3 never online yet
@@ -220,9 +221,9 @@ def test_rescale_sets_the_step_to_the_mean_update_norm():
 def test_departed_clients(departed, weight2, kept):
     agg = FedAwareAggregator(3, momentum=1.0, warmup=False, departed=departed)
     x = _model(0.0, 0.0)
-    agg.bind(SimpleNamespace(record=SimpleNamespace(round=1, online=[0, 1, 2])))
+    agg.bind(SimpleNamespace(facts=RoundFacts(round=1, online=np.array([0, 1, 2]))))
     agg.aggregate(1, x, [_up(0, x["w"], [1, 0]), _up(1, x["w"], [0, 1]), _up(2, x["w"], [-1, -1])])
-    agg.bind(SimpleNamespace(record=SimpleNamespace(round=2, online=[0, 1])))  # client 2 left
+    agg.bind(SimpleNamespace(facts=RoundFacts(round=2, online=np.array([0, 1]))))  # client 2 left
     agg.aggregate(2, x, [_up(0, x["w"], [1, 0])])
     assert agg.core.last_weights[2] == pytest.approx(weight2, abs=1e-6)
     assert bool(agg.core.has[2]) is kept
@@ -318,20 +319,20 @@ def test_explore_first_samples_every_online_client_once_first():
 
 # ------------------------------------------------------------------ config
 def test_aware_on_an_aggregator_it_cannot_wrap_is_refused():
-    cfg = load_scenario(None, ["strategy.aggregator.name=fedaware", "strategy.aggregator.aware=true"])
-    with pytest.raises(ConfigError, match="strategy.aggregator.aware"):
+    cfg = load_scenario(None, ["strategy.aggregator.name=fedaware", "strategy.aggregator.aware.enabled=true"])
+    with pytest.raises(ConfigError, match="strategy.aggregator.aware.enabled"):
         check_parts(cfg)
 
 
 def test_aware_true_wraps_the_server_optimiser():
-    cfg = load_scenario(None, ["strategy.aggregator.name=fedavgm", "strategy.aggregator.aware=true"])
+    cfg = load_scenario(None, ["strategy.aggregator.name=fedavgm", "strategy.aggregator.aware.enabled=true"])
     strategy = build_strategy(cfg, None)
     assert isinstance(strategy.aggregator, AwarePlugin) and isinstance(strategy.aggregator.base, FedAvgM)
 
 
 def test_bad_departed_value_fails_at_load():
-    with pytest.raises(ConfigError, match="aware_departed"):
-        load_scenario(None, ["strategy.aggregator.aware_departed=forget"])
+    with pytest.raises(ConfigError, match="aware.departed"):
+        load_scenario(None, ["strategy.aggregator.aware.departed=forget"])
 
 
 # ------------------------------------------------------------------ end to end
@@ -339,7 +340,11 @@ def test_bad_departed_value_fails_at_load():
     "aggregator",
     [
         ["strategy.aggregator.name=fedaware"],
-        ["strategy.aggregator.name=fedavgm", "strategy.aggregator.aware=true", "strategy.aggregator.server_lr=0.5"],
+        [
+            "strategy.aggregator.name=fedavgm",
+            "strategy.aggregator.aware.enabled=true",
+            "strategy.aggregator.server_lr=0.5",
+        ],
     ],
 )
 def test_three_rounds_through_the_client_app(tmp_path, isolated_cache, aggregator):
@@ -378,7 +383,7 @@ def test_checkpointed_state_continues_identically():
 
 
 def test_explore_first_is_wired_from_the_config():
-    from fedflex.config import load_scenario
+    from fedflex.loader import load_scenario
     from fedflex.strategies.build import build_strategy
 
     cfg = load_scenario(
@@ -435,5 +440,5 @@ def test_capped_frank_wolfe_reports_the_gap_it_stopped_at():
 
 
 def test_aware_solver_option_is_checked_at_load():
-    with pytest.raises(ConfigError, match="strategy.aggregator.aware_solver"):
-        load_scenario(None, ["strategy.aggregator.name=fedaware", "strategy.aggregator.aware_solver=newton"])
+    with pytest.raises(ConfigError, match="strategy.aggregator.aware.solver"):
+        load_scenario(None, ["strategy.aggregator.name=fedaware", "strategy.aggregator.aware.solver=newton"])

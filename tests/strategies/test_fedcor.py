@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from fedflex import keys
-from fedflex.config import ConfigError, load_scenario
+from fedflex.config import ConfigError
+from fedflex.loader import load_scenario
 from fedflex.strategies.fedcor import FedCorSampler, fit_ppca, greedy_loss_reduction
 
 
@@ -96,5 +97,5 @@ def test_sampler_explores_a_client_without_loss_history_first():
 
 
 def test_config_refuses_a_one_round_refresh_by_name():
-    with pytest.raises(ConfigError, match="strategy.sampler.fedcor_refresh"):
-        load_scenario(None, ["strategy.sampler.name=fedcor", "strategy.sampler.fedcor_refresh=1"])
+    with pytest.raises(ConfigError, match="strategy.sampler.fedcor.refresh"):
+        load_scenario(None, ["strategy.sampler.name=fedcor", "strategy.sampler.fedcor.refresh=1"])

@@ -9,6 +9,7 @@ import pytest
 
 from fedflex import keys
 from fedflex.config import LocalRuleConfig
+from fedflex.options import FedDynOptions
 from fedflex.strategies.fedcm import FedCMServer, fedcm_delta
 from fedflex.strategies.feddyn import FedDynServer, feddyn_h
 from fedflex.strategies.parts import ClientUpdate
@@ -27,7 +28,7 @@ def test_feddyn_h_moves_by_minus_alpha_times_the_mean_drift_over_all_clients():
 
 def test_feddyn_replies_are_shifted_so_their_mean_is_the_papers_model():
     # Prepare: the same round; w^t = mean(3, 2) - h / alpha = 2.5 + 0.75 = 3.25
-    server = FedDynServer(num_clients=4, options=LocalRuleConfig(name="feddyn", feddyn_alpha=0.5))
+    server = FedDynServer(num_clients=4, options=LocalRuleConfig(name="feddyn", feddyn=FedDynOptions(alpha=0.5)))
     updates = [ClientUpdate(0, 10, _arrays(3.0)), ClientUpdate(1, 10, _arrays(2.0))]
 
     # Execute
@@ -40,7 +41,7 @@ def test_feddyn_replies_are_shifted_so_their_mean_is_the_papers_model():
 
 def test_feddyn_h_accumulates_over_rounds():
     # round 2 from the model 3.25 with one reply 4.25: h = -0.375 - 0.5 * 1 / 4 = -0.5
-    server = FedDynServer(num_clients=4, options=LocalRuleConfig(name="feddyn", feddyn_alpha=0.5))
+    server = FedDynServer(num_clients=4, options=LocalRuleConfig(name="feddyn", feddyn=FedDynOptions(alpha=0.5)))
     server.observe(1, [ClientUpdate(0, 1, _arrays(3.0)), ClientUpdate(1, 1, _arrays(2.0))], _arrays(1.0))
     server.observe(2, [ClientUpdate(0, 1, _arrays(4.25))], _arrays(3.25))
     assert server.h["w"].tolist() == pytest.approx([-0.5])
@@ -68,6 +69,6 @@ def test_fedcm_server_sends_the_momentum_it_computed_last_round():
     assert server.train_payload(2)[keys.FEDCM_DELTA]["w"].tolist() == pytest.approx([1.5])
     assert server.train_config(2) == {
         "local-rule.name": "fedcm",
-        "local-rule.bherd-fixed-order": False,
-        "local-rule.fedcm-alpha": 0.1,
+        "local-rule.fixed-order": False,
+        "local-rule.fedcm.alpha": 0.1,
     }

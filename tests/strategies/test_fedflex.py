@@ -13,11 +13,11 @@ from flwr.app import Array
 
 import fedflex.clients.runtime as runtime
 from fedflex.clients.client_app import app as client_app
-from fedflex.config import load_scenario
 from fedflex.launch.local_grid import LocalGrid
+from fedflex.launch.server import run_server
+from fedflex.loader import load_scenario
 from fedflex.results import read_metrics
 from fedflex.strategies.fedflex import RunFailedError, TooFewClientsError
-from fedflex.strategies.server_app import run_server
 
 BASE = [
     "num_clients=6",

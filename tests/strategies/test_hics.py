@@ -39,6 +39,8 @@ C = 4  # classes in the hand-made cases
 class FakeCtx:
     """The RoundContext a sampler sees: sizes, the global model, a scripted QUERY."""
 
+    facts = None  # no round facts: parts fall back to their own lr
+
     def __init__(self, sizes=None, losses=None, global_arrays=None):
         self.num_clients = 0
         self.global_arrays = global_arrays if global_arrays is not None else OrderedDict()
@@ -651,10 +653,10 @@ def test_estimated_entropy_ranks_real_fmnist_clients_like_their_label_entropy():
 @pytest.mark.parametrize("sampler", ["hics", "pow-d", "clustered"])
 def test_sampler_runs_three_rounds_through_the_real_client_app(tmp_path, isolated_cache, sampler):
     from fedflex.clients.client_app import app as client_app
-    from fedflex.config import load_scenario
     from fedflex.launch.local_grid import LocalGrid
+    from fedflex.launch.server import run_server
+    from fedflex.loader import load_scenario
     from fedflex.results import read_metrics
-    from fedflex.strategies.server_app import run_server
 
     # Prepare: 6 clients, K = 2: hics warms up in rounds 1-3, pow-d queries every round
     cfg = load_scenario(
@@ -692,16 +694,20 @@ def test_sampler_runs_three_rounds_through_the_real_client_app(tmp_path, isolate
 
 
 def test_scenario_keys_reach_the_hics_sampler():
-    from fedflex.config import load_scenario
-    from fedflex.strategies.build import check_parts
-    from fedflex.strategies.hics import hics_from_config
+    from fedflex.loader import load_scenario
+    from fedflex.strategies.build import SAMPLERS, check_parts
+    from fedflex.strategies.parts import ModelInfo
 
     cfg = load_scenario(
         Path(__file__).resolve().parents[2] / "scenarios" / "hics_fmnist.yaml",
-        ["strategy.sampler.temperature=0.01", "strategy.sampler.departed=drop", "strategy.sampler.ward=scalable"],
+        [
+            "strategy.sampler.hics.temperature=0.01",
+            "strategy.sampler.hics.departed=drop",
+            "strategy.sampler.hics.ward=scalable",
+        ],
     )
     check_parts(cfg)
-    s = hics_from_config(cfg, "fc_out.bias")
+    s = SAMPLERS["hics"](cfg, ModelInfo(output_bias_key="fc_out.bias"))
     assert (s.temperature, s.hics_lambda, s.gamma0, s.rounds, s.num_clients) == (0.01, 10.0, 4.0, 200, 50)
     assert (s.departed, s.variant, s.ward, s.num_clusters) == ("drop", "paper", "scalable", 0)
     assert (s.estimate, s.refresh) == ("unit", "every-round")  # the default estimate
@@ -710,27 +716,29 @@ def test_scenario_keys_reach_the_hics_sampler():
 @pytest.mark.parametrize(
     "overrides, temperature",
     [
-        (["strategy.sampler.hics_estimate=unit", "strategy.sampler.temperature=null"], 0.2),
-        (["strategy.sampler.hics_estimate=per-step", "strategy.sampler.temperature=null"], 0.1),
-        (["strategy.sampler.hics_estimate=bias", "strategy.sampler.temperature=null"], 0.0025),  # the paper's T
-        (["strategy.sampler.temperature=null"], 0.2),  # unset estimate: unit
-        (["strategy.sampler.hics_estimate=unit", "strategy.sampler.temperature=0.3"], 0.3),
+        (["strategy.sampler.hics.estimate=unit", "strategy.sampler.hics.temperature=null"], 0.2),
+        (["strategy.sampler.hics.estimate=per-step", "strategy.sampler.hics.temperature=null"], 0.1),
+        (["strategy.sampler.hics.estimate=bias", "strategy.sampler.hics.temperature=null"], 0.0025),  # the paper's T
+        (["strategy.sampler.hics.temperature=null"], 0.2),  # unset estimate: unit
+        (["strategy.sampler.hics.estimate=unit", "strategy.sampler.hics.temperature=0.3"], 0.3),
     ],
 )
 def test_unset_temperature_takes_the_estimates_default(overrides, temperature):
-    from fedflex.config import load_scenario
-    from fedflex.strategies.hics import hics_from_config
+    from fedflex.loader import load_scenario
+    from fedflex.strategies.build import SAMPLERS
+    from fedflex.strategies.parts import ModelInfo
 
     cfg = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "hics_fmnist.yaml", overrides)
-    s = hics_from_config(cfg, "fc_out.bias")
+    s = SAMPLERS["hics"](cfg, ModelInfo(output_bias_key="fc_out.bias"))
     assert s.temperature == temperature and s.lr == cfg.client.lr == 0.001
 
 
 def test_bad_estimate_and_refresh_are_config_errors():
-    from fedflex.config import ConfigError, load_scenario
+    from fedflex.config import ConfigError
+    from fedflex.loader import load_scenario
 
     path = Path(__file__).resolve().parents[2] / "scenarios" / "hics_fmnist.yaml"
-    with pytest.raises(ConfigError, match="hics_estimate"):
-        load_scenario(path, ["strategy.sampler.hics_estimate=norm"])
-    with pytest.raises(ConfigError, match="hics_refresh"):
-        load_scenario(path, ["strategy.sampler.hics_refresh=sometimes"])
+    with pytest.raises(ConfigError, match="hics.estimate"):
+        load_scenario(path, ["strategy.sampler.hics.estimate=norm"])
+    with pytest.raises(ConfigError, match="hics.refresh"):
+        load_scenario(path, ["strategy.sampler.hics.refresh=sometimes"])

@@ -11,11 +11,12 @@ import pytest
 from fedflex import keys
 from fedflex.clients.client_app import app as client_app
 from fedflex.clients.cohort_app import CohortTrainer
-from fedflex.config import ClientConfig, ConfigError, load_scenario, warn_unused
+from fedflex.config import ClientConfig, ConfigError
 from fedflex.launch.local_grid import LocalGrid
+from fedflex.launch.server import load_checkpoint, run_server, train_config
+from fedflex.loader import load_scenario, warn_unused
 from fedflex.records import record_key
 from fedflex.results import read_metrics
-from fedflex.strategies.server_app import load_checkpoint, run_server, train_config
 
 BASE = [
     "num_clients=6",

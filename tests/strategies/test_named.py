@@ -156,7 +156,7 @@ def test_a_method_that_needs_more_rejects_a_plain_reply_in_one_line(name, helper
 
 
 def test_a_bad_option_fails_at_construction_with_the_scenario_key():
-    with pytest.raises(ConfigError, match="strategy.sampler.hics_lambda"):
+    with pytest.raises(ConfigError, match="strategy.sampler.hics.entropy_weight"):
         named.HiCSFL(hics_lambda=-1.0)
 
 
@@ -166,8 +166,9 @@ def test_options_and_their_defaults_come_from_the_config_classes():
     from fedflex.config import AggregatorConfig
 
     params = inspect.signature(named.FedAMS).parameters
-    assert params["beta2"].default == AggregatorConfig.beta2
-    assert "beta2 : default" in named.FedAMS.__doc__
+    assert params["server_lr"].default == AggregatorConfig.server_lr
+    assert "options : AdaptiveOptions, default AdaptiveOptions(beta1=0.9, beta2=0.99" in named.FedAMS.__doc__
+    assert "``strategy.aggregator.fedams``" in named.FedAMS.__doc__
 
 
 def test_fedflex_with_parts_keeps_flowers_fedavg_options():

@@ -15,10 +15,10 @@ from flwr.server.superlink.linkstate.utils import (
 )
 
 from fedflex.clients.client_app import app as client_app
-from fedflex.config import load_scenario
 from fedflex.launch.local_grid import LocalGrid
+from fedflex.launch.server import run_server
+from fedflex.loader import load_scenario
 from fedflex.results import read_metrics
-from fedflex.strategies.server_app import run_server
 
 KILLED, KILLED_IN = 3, 2
 

@@ -99,16 +99,17 @@ def test_fedams_refuses_an_unknown_epsilon_placement():
 
 
 def test_fedams_is_registered_and_wraps_with_aware():
-    from fedflex.config import ConfigError, load_scenario
-    from fedflex.strategies.build import AGGREGATORS, check_parts
+    from fedflex.config import ConfigError
+    from fedflex.loader import load_scenario
+    from fedflex.strategies.build import build_parts, check_parts
     from fedflex.strategies.fedaware import AwarePlugin
 
-    cfg = load_scenario(None, ["strategy.aggregator.name=fedams", "strategy.aggregator.aware=true"])
+    cfg = load_scenario(None, ["strategy.aggregator.name=fedams", "strategy.aggregator.aware.enabled=true"])
     check_parts(cfg)
-    part = AGGREGATORS["fedams"](cfg)
+    part = build_parts(cfg)[1]
     assert isinstance(part, AwarePlugin) and isinstance(part.base, FedAMS)
-    with pytest.raises(ConfigError, match="ams_epsilon_at"):
-        load_scenario(None, ["strategy.aggregator.name=fedams", "strategy.aggregator.ams_epsilon_at=sum"])
+    with pytest.raises(ConfigError, match="fedams.epsilon_at"):
+        load_scenario(None, ["strategy.aggregator.name=fedams", "strategy.aggregator.fedams.epsilon_at=sum"])
 
 
 def test_reset_on_switch_forgets_the_momentum():

@@ -11,13 +11,14 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from fedflex import keys
 from fedflex.arrays import numpy_to_record
 from fedflex.clients.client_app import app as client_app
-from fedflex.config import ConfigError, load_scenario
+from fedflex.config import ConfigError
 from fedflex.data import load_dataset
 from fedflex.launch.local_grid import LocalGrid
+from fedflex.launch.server import run_server
+from fedflex.loader import load_scenario
 from fedflex.partition import partition_data
 from fedflex.results import read_metrics
 from fedflex.strategies.replies import MB, ReplyLimits, check_reply, num_examples_problem, reply_bytes
-from fedflex.strategies.server_app import run_server
 
 SCAFFOLD = ReplyLimits(records=(keys.SCAFFOLD_DC,))
 

@@ -8,8 +8,10 @@ import pytest
 from flwr.app import Array
 
 from fedflex.clients.client_app import app as client_app
-from fedflex.config import ConfigError, load_scenario
+from fedflex.config import ConfigError
 from fedflex.launch.local_grid import LocalGrid
+from fedflex.launch.server import run_server
+from fedflex.loader import load_scenario
 from fedflex.results import read_metrics
 from fedflex.strategies.build import check_parts
 from fedflex.strategies.parts import ClientUpdate
@@ -20,7 +22,6 @@ from fedflex.strategies.robust import (
     TrimmedMeanAggregator,
     clip_update,
 )
-from fedflex.strategies.server_app import run_server
 
 
 def _m(*w, n=0):
@@ -133,17 +134,21 @@ BASE = ["num_clients=10", "churn.kind=none", "strategy.sampler.clients_per_round
     "overrides, key, fragment",
     [
         (["strategy.aggregator.name=median", "strategy.local_rule.name=scaffold"], "strategy.local_rule.name", "steer"),
-        (["strategy.aggregator.name=krum", "strategy.aggregator.aware=true"], "strategy.aggregator.aware", "wraps"),
+        (
+            ["strategy.aggregator.name=krum", "strategy.aggregator.aware.enabled=true"],
+            "strategy.aggregator.aware.enabled",
+            "wraps",
+        ),
         (["strategy.aggregator.name=bulyan"], "strategy.sampler.clients_per_round", "4f + 3 = 7"),
         (
-            ["strategy.aggregator.name=krum", "strategy.aggregator.num_malicious=2"],
+            ["strategy.aggregator.name=krum", "strategy.aggregator.krum.num_malicious=2"],
             "strategy.sampler.clients_per_round",
             "2f + 3 = 7",
         ),
         (
-            ["strategy.aggregator.name=multikrum", "strategy.aggregator.num_krum_selected=5"],
-            "strategy.aggregator.num_krum_selected",
-            "<= clients_per_round - num_malicious = 4",
+            ["strategy.aggregator.name=multikrum", "strategy.aggregator.krum.num_selected=5"],
+            "strategy.aggregator.krum.num_selected",
+            "<= clients_per_round - krum.num_malicious = 4",
         ),
         (
             ["strategy.aggregator.clip_norm=1", "strategy.local_rule.name=fednova"],
@@ -165,14 +170,14 @@ def test_combinations_that_would_not_be_robust_or_cannot_run_are_refused_by_name
     assert fragment in str(err.value)
 
 
-@pytest.mark.parametrize("key, value", [("trim_beta", 0.5), ("num_malicious", -1), ("clip_norm", 0)])
+@pytest.mark.parametrize("key, value", [("trimmed_mean.beta", 0.5), ("krum.num_malicious", -1), ("clip_norm", 0)])
 def test_robust_options_out_of_range_are_refused_at_load(key, value):
     with pytest.raises(ConfigError, match=f"strategy.aggregator.{key}"):
         load_scenario(None, BASE + [f"strategy.aggregator.{key}={value}"])
 
 
 def test_a_trimmed_mean_that_trims_nothing_is_warned_about(caplog):
-    overrides = ["strategy.aggregator.name=trimmed-mean", "strategy.aggregator.trim_beta=0.1"]
+    overrides = ["strategy.aggregator.name=trimmed-mean", "strategy.aggregator.trimmed_mean.beta=0.1"]
     check_parts(load_scenario(None, BASE + overrides))
     assert "trims nothing from 5 replies: it is the plain mean" in caplog.text
 

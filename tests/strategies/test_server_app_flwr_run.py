@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedflex.strategies.server_app import (
+from fedflex.launch.server import (
     RunConfigError,
     flwr_run_scenario,
     load_checkpoint,
@@ -183,9 +183,9 @@ def test_a_simulation_with_fewer_supernodes_than_clients_stops_at_once_naming_th
     from flwr.simulation import run_simulation
 
     from fedflex.clients.client_app import app as client_app
-    from fedflex.config import load_scenario
     from fedflex.launch.runner import backend_config
-    from fedflex.strategies.server_app import make_server_app
+    from fedflex.launch.server import make_server_app
+    from fedflex.loader import load_scenario
 
     cfg = load_scenario(QUICKSTART, ["output.progress=off", "output.plots=false", "simulation.num_cpus=1"])
     out = tmp_path / "out"
@@ -205,8 +205,8 @@ def test_a_simulation_with_fewer_supernodes_than_clients_stops_at_once_naming_th
 
 def test_the_flwr_run_lock_is_taken_once_held_for_the_block_and_released(tmp_path, monkeypatch):
     # Prepare: no waiting for the holder (this very block) to let go
+    from fedflex.launch.server import _locked
     from fedflex.strategies import server_app
-    from fedflex.strategies.server_app import _locked
 
     monkeypatch.setattr(server_app, "FLWR_RUN_LOCK_WAIT", 0.0)
 

@@ -8,10 +8,10 @@ import pytest
 
 import fedflex.clients.runtime as runtime
 from fedflex.clients.client_app import app as client_app
-from fedflex.config import load_scenario
 from fedflex.launch.local_grid import LocalGrid
+from fedflex.launch.server import run_server
+from fedflex.loader import load_scenario
 from fedflex.results import read_metrics
-from fedflex.strategies.server_app import run_server
 from fedflex.strategies.session_init import (
     AverageInitializer,
     SessionAwareInitializer,
@@ -125,7 +125,7 @@ def test_normalized_distance_by_hand():
     # opposite directions: 2 per tensor; a zero tensor stays zero (distance 1 to any unit vector)
     assert session_distance(g_s, -g_s, "normalized", parts) == pytest.approx(2.0)
     assert session_distance(np.zeros(2), np.array([0.0, 7.0]), "normalized") == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="unknown session distance"):
+    with pytest.raises(ValueError, match="distance"):
         session_distance(g_s, g_z, "cosine")
 
 
@@ -152,7 +152,7 @@ def test_normalized_distance_ignores_the_gradient_scale():
     b = np.array([1.0, 2 ** -np.sqrt(2)])
     b /= b.sum()
     np.testing.assert_allclose(starts["normalized"], b[0] * 5.0 + b[1] * 7.0, rtol=1e-6)
-    with pytest.raises(ValueError, match="unknown session distance"):
+    with pytest.raises(ValueError, match="distance"):
         SessionAwareInitializer(distance="cos")
 
 
@@ -257,12 +257,17 @@ def test_summary_lists_each_transition(isolated):
 def test_session_distance_is_a_checked_option():
     from fedflex.config import ConfigError
     from fedflex.strategies.build import INITIALIZERS
+    from fedflex.strategies.parts import ModelInfo
 
     cfg = load_scenario(
-        None, ALTERNATING + ["strategy.initializer.name=session-aware", "strategy.initializer.distance=normalized"]
+        None,
+        ALTERNATING
+        + ["strategy.initializer.name=session-aware", "strategy.initializer.session_aware.distance=normalized"],
     )
-    assert INITIALIZERS["session-aware"](cfg).distance == "normalized"
+    assert INITIALIZERS["session-aware"](cfg, ModelInfo()).distance == "normalized"
     with pytest.raises(ConfigError, match="distance"):
         load_scenario(
-            None, ALTERNATING + ["strategy.initializer.name=session-aware", "strategy.initializer.distance=cos"]
+            None,
+            ALTERNATING
+            + ["strategy.initializer.name=session-aware", "strategy.initializer.session_aware.distance=cos"],
         )

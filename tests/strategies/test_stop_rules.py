@@ -4,9 +4,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from fedflex.config import load_scenario
+from fedflex.launch.observers import StopRules
+from fedflex.loader import load_scenario
 from fedflex.results import smoothed_rounds_to_accuracy
-from fedflex.strategies.observers import StopRules
 
 
 def _rows(accs):
@@ -34,13 +34,13 @@ def test_a_one_round_spike_reaches_the_raw_target_but_not_the_smoothed_one():
 
 def _stops(overrides):
     cfg = load_scenario(None, ["evaluation.stop_on_divergence=false", *overrides])
-    return StopRules(cfg, lambda: {})
+    return StopRules(cfg)
 
 
 def _feed(stops, accs):
     """Feed the rounds one by one; the round the rule stopped at (None: never)."""
     for r, a in enumerate(accs, start=1):
-        if stops(SimpleNamespace(round=r, test_accuracy=a, test_loss=1.0)):
+        if stops.after_round(SimpleNamespace(round=r, test_accuracy=a, test_loss=1.0), None):
             return r
     return None
 

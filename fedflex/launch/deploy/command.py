@@ -109,14 +109,15 @@ def _verify_certificate(host: str, port: int, ca_file: Path, timeout: float) -> 
 
 def deploy_local(args: argparse.Namespace) -> int:
     """``fedflex deploy local``: start, run, stop. Returns the exit status."""
-    from fedflex.config import ConfigError, load_scenario
+    from fedflex.config import ConfigError
+    from fedflex.loader import load_scenario
     from fedflex.results import default_out_dir, unusable_out_dir
 
     resume: Optional[Path] = None
     if args.resume:
         if args.scenario or args.overrides or args.out:
             return _fail("--resume DIR takes no scenario, overrides or --out: the run continues as configured in DIR")
-        from fedflex.strategies.server_app import RunConfigError, resume_point
+        from fedflex.launch.server import RunConfigError, resume_point
 
         try:
             cfg, checkpoint = resume_point(Path(args.resume), option="--resume ")

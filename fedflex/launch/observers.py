@@ -1,8 +1,8 @@
-"""What a run does around its rounds, as small objects the ServerApp wires together.
+"""What a run does around its rounds, as small objects the composition root wires together.
 
-:meth:`strategies.fedflex.FedFlex.run_rounds` calls, for every round, ``evaluate_fn(record,
-arrays)`` inside the round, then ``on_round(record)``, ``after_round(round)`` and
-``stop(record)``. These are:
+:meth:`strategies.fedflex.FedFlex.run_rounds` calls ``evaluate_fn(record, arrays)`` inside
+every round, then each observer's ``after_round(record, arrays) -> stop``
+(:class:`strategies.fedflex.RoundObserver`), in the order given. These are:
 
 - :class:`TestSetEvaluation`: the global model on the test set at the scenario's cadence
   (and on the online clients' labels when asked);
@@ -26,6 +26,7 @@ import torch
 from flwr.app import ArrayRecord, MetricRecord
 
 from fedflex import interrupts
+from fedflex.arrays import record_to_numpy
 from fedflex.config import ScenarioConfig
 from fedflex.data import ArrayDataset
 from fedflex.evaluation import evaluate
@@ -90,21 +91,24 @@ class TestSetEvaluation:
 
 
 class RowWriter:
-    """``on_round``: every record (extra rounds of parts included) to metrics.jsonl and
-    to the progress display."""
+    """Every record (extra rounds of parts included) to metrics.jsonl (``recorder``) and to
+    the progress display; ``rows``, when given, also receives each row."""
 
-    def __init__(self, recorder, progress) -> None:
-        self.recorder, self.progress = recorder, progress
+    def __init__(self, recorder, progress, rows: Optional[list[dict[str, Any]]] = None) -> None:
+        self.recorder, self.progress, self.rows = recorder, progress, rows
 
-    def __call__(self, record) -> None:
+    def after_round(self, record, arrays: ArrayRecord) -> bool:
         row = record.to_json()
         if self.recorder is not None:
             self.recorder.log_round(row)
+        if self.rows is not None:
+            self.rows.append(row)
         self.progress.update(row)
+        return False
 
 
 class Tracking:
-    """``on_round``: every record's numeric fields to the experiment trackers
+    """Every record's numeric fields to the experiment trackers
     (:mod:`fedflex.tracking`); the flattened config when made, the summary's numbers at
     :meth:`finish`. A tracker that fails during the run is logged and dropped: the run
     and its files go on."""
@@ -124,26 +128,16 @@ class Tracking:
                 logger.exception("tracker %s failed; the run goes on without it", type(tracker).__name__)
                 self.trackers.remove(tracker)
 
-    def __call__(self, record) -> None:
+    def after_round(self, record, arrays: Optional[ArrayRecord] = None) -> bool:
         row = record.to_json()
         self.last_round = max(self.last_round, int(row["round"]))
         scalars = row_scalars(row)
         self._each(lambda t: t.log(int(row["round"]), scalars))
+        return False
 
     def finish(self, summary: dict[str, Any]) -> None:
         values, status = numeric(summary), str(summary.get("status"))
         self._each(lambda t: t.finish(values, status, self.last_round))
-
-
-class EachRound:
-    """``on_round`` calling several observers in turn (None: left out)."""
-
-    def __init__(self, *observers: Optional[Callable[[Any], None]]) -> None:
-        self.observers = [o for o in observers if o is not None]
-
-    def __call__(self, record) -> None:
-        for observer in self.observers:
-            observer(record)
 
 
 def divergence_cause(record, global_arrays) -> Optional[str]:
@@ -164,7 +158,7 @@ def divergence_cause(record, global_arrays) -> Optional[str]:
 
 
 class StopRules:
-    """``stop``: the first rule that fires ends the run after the round.
+    """The first rule that fires ends the run after the (training) round.
 
     In order: divergence (``evaluation.stop_on_divergence``: ``status: diverged``), a
     signal (``status: interrupted``, resumable), the target accuracy
@@ -173,26 +167,27 @@ class StopRules:
     the loop ask the same question).
     """
 
-    def __init__(self, cfg: ScenarioConfig, global_arrays: Callable[[], Any]) -> None:
+    def __init__(self, cfg: ScenarioConfig) -> None:
         self.cfg = cfg
-        self.global_arrays = global_arrays
         self.fields: dict[str, Any] = {}
         self._decided: dict[int, tuple[bool, bool]] = {}  # round -> (stop, resumable)
         self._curve: list[dict[str, Any]] = []  # evaluated rounds (stop_smoothing)
 
-    def decide(self, record) -> tuple[bool, bool]:
-        """``(stop, resumable)`` for ``record``'s round."""
+    def decide(self, record, arrays: Optional[ArrayRecord] = None) -> tuple[bool, bool]:
+        """``(stop, resumable)`` for ``record``'s round, the global model after it ``arrays``."""
         if record.round not in self._decided:
-            self._decided = {record.round: self._rules(record)}
+            self._decided = {record.round: self._rules(record, arrays)}
         return self._decided[record.round]
 
-    def __call__(self, record) -> bool:
-        return self.decide(record)[0]
+    def after_round(self, record, arrays: Optional[ArrayRecord] = None) -> bool:
+        if getattr(record, "phase", "train") != "train":
+            return False  # an extra round of a part: the round it belongs to decides
+        return self.decide(record, arrays)[0]
 
-    def _rules(self, record) -> tuple[bool, bool]:
+    def _rules(self, record, arrays: Optional[ArrayRecord]) -> tuple[bool, bool]:
         cfg = self.cfg
         if cfg.evaluation.stop_on_divergence:
-            cause = divergence_cause(record, self.global_arrays())
+            cause = divergence_cause(record, record_to_numpy(arrays) if arrays is not None else {})
             if cause is not None:
                 self.fields.update(status="diverged", diverged_round=record.round, divergence=cause)
                 logger.error(
@@ -231,9 +226,9 @@ class StopRules:
 
 
 class Checkpointer:
-    """``after_round``: the server state every ``every`` rounds (0: never), after the
-    last round, and after a round a stop rule ends resumably (a signal: even with
-    ``every`` 0, so that the run can be resumed)."""
+    """The server state every ``every`` rounds (0: never), after the last round, and
+    after a round a stop rule ends resumably (a signal: even with ``every`` 0, so that
+    the run can be resumed); after the round's row is written (observers run in order)."""
 
     def __init__(
         self,
@@ -241,16 +236,18 @@ class Checkpointer:
         every: int,
         last: int,
         stops: StopRules,
-        last_record: Callable[[], Any],
         clock: RunClock,
     ) -> None:
         self.save, self.every, self.last = save, every, last
-        self.stops, self.last_record, self.clock = stops, last_record, clock
+        self.stops, self.clock = stops, clock
 
-    def __call__(self, server_round: int) -> None:
-        record = self.last_record()
-        stop, resumable = self.stops.decide(record) if record is not None else (False, False)
+    def after_round(self, record, arrays: Optional[ArrayRecord] = None) -> bool:
+        if getattr(record, "phase", "train") != "train":
+            return False
+        server_round = record.round
+        stop, resumable = self.stops.decide(record, arrays)
         signalled = resumable and interrupts.requested() is not None
         final = server_round == self.last or (stop and resumable)
         if (self.every and (server_round % self.every == 0 or final)) or signalled:
             self.save(server_round, self.clock.total())
+        return False

@@ -34,41 +34,44 @@ import fedflex
 from fedflex import keys
 from fedflex.arrays import numpy_to_record
 from fedflex.churn import make_availability
-from fedflex.config import ConfigError, ScenarioConfig, load_scenario, to_dict, to_yaml
+from fedflex.config import ConfigError, ScenarioConfig
 from fedflex.data import FederatedData, load_dataset
-from fedflex.models import build_model, output_bias_key
-from fedflex.node_keys import read_binding
-from fedflex.orphans import exit_when_orphaned
-from fedflex.partition import partition_data
-from fedflex.progress import Progress
-from fedflex.records import to_record
-from fedflex.results import (
-    CHECKPOINT_FILE,
-    CONFIG_FILE,
-    LEGACY_CHECKPOINT_FILE,
-    MODEL_FILE,
-    SUMMARY_FILE,
-    RunRecorder,
-    default_out_dir,
-    summarize,
-    transition_summary,
-    unusable_out_dir,
-)
-from fedflex.rundir import RunDirError, RunDirLock
-from fedflex.runinfo import provenance, run_log
-from fedflex.statefile import StateFileError, read_state, write_state
-from fedflex.strategies.build import ModelInfo, build_strategy
-from fedflex.strategies.fedflex import RunFailedError
-from fedflex.strategies.nodes import simulated_node_count
-from fedflex.strategies.observers import (
+from fedflex.launch.observers import (
     Checkpointer,
-    EachRound,
     RowWriter,
     RunClock,
     StopRules,
     TestSetEvaluation,
     Tracking,
 )
+from fedflex.loader import load_scenario, to_yaml
+from fedflex.models import build_model, output_bias_key
+from fedflex.node_keys import read_binding
+from fedflex.orphans import exit_when_orphaned
+from fedflex.partition import partition_data
+from fedflex.progress import Progress
+from fedflex.records import to_record
+from fedflex.results import (  # noqa: F401 - the checkpoint pair, also importable from here
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    LEGACY_CHECKPOINT_FILE,
+    MODEL_FILE,
+    SUMMARY_FILE,
+    CheckpointError,
+    RunRecorder,
+    default_out_dir,
+    load_checkpoint,
+    save_checkpoint,
+    summarize,
+    transition_summary,
+    unusable_out_dir,
+)
+from fedflex.rundir import RunDirError, RunDirLock
+from fedflex.runinfo import provenance, run_log
+from fedflex.strategies.build import build_strategy
+from fedflex.strategies.fedflex import RunFailedError
+from fedflex.strategies.nodes import simulated_node_count
+from fedflex.strategies.parts import ModelInfo
 from fedflex.tracking import open_trackers
 
 logger = logging.getLogger(__name__)
@@ -105,64 +108,6 @@ def initial_model(cfg: ScenarioConfig, input_shape: tuple[int, ...], num_classes
     """The round-0 global model, seeded by the scenario."""
     torch.manual_seed(cfg.seed)
     return build_model(cfg.model, input_shape, num_classes)
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint file that cannot be read back."""
-
-
-CHECKPOINT_FORMAT = "fedflex-checkpoint"
-CHECKPOINT_VERSION = 1
-
-
-def save_checkpoint(out_dir: Path, server_round: int, strategy, run_wall_s: float = 0.0) -> None:
-    """The server state after ``server_round`` (atomic write, :func:`fedflex.statefile.write_state`:
-    the arrays in an ``.npz``, the rest as JSON; nothing that loading could execute);
-    ``run_wall_s``: the run's wall time so far (summed over resumes)."""
-    state = {
-        "format": CHECKPOINT_FORMAT,
-        "version": CHECKPOINT_VERSION,
-        "round": server_round,
-        "strategy": strategy.state_dict(),
-        "run_wall_s": run_wall_s,
-    }
-    write_state(Path(out_dir) / CHECKPOINT_FILE, state)
-
-
-def load_checkpoint(out_dir: Path) -> dict:
-    """A run directory's checkpoint (written by :func:`save_checkpoint`), read without
-    unpickling anything. A ``checkpoint.pkl`` of an older fedflex is refused unread.
-
-    Raises
-    ------
-    CheckpointError
-        When the file is missing, damaged, not a fedflex checkpoint, or an old pickle.
-    """
-    path = Path(out_dir) / CHECKPOINT_FILE
-    legacy = Path(out_dir) / LEGACY_CHECKPOINT_FILE
-    if not path.is_file() and legacy.is_file():
-        raise CheckpointError(
-            f"{legacy} is a pickle checkpoint of an older fedflex and is not loaded (loading a pickle can run "
-            "code): start the run again, or resume it with the fedflex version that wrote it"
-        )
-    try:
-        checkpoint = read_state(path)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such file") from None
-    except StateFileError as exc:
-        raise CheckpointError(f"{exc}; it cannot be resumed") from None
-    if (
-        not isinstance(checkpoint, dict)
-        or checkpoint.get("format") != CHECKPOINT_FORMAT
-        or not {"round", "strategy"} <= set(checkpoint)
-    ):
-        raise CheckpointError(f"{path} is not a fedflex checkpoint; it cannot be resumed")
-    if checkpoint.get("version") != CHECKPOINT_VERSION:
-        raise CheckpointError(
-            f"{path} is a checkpoint of format version {checkpoint.get('version')} (this fedflex reads "
-            f"{CHECKPOINT_VERSION}); it cannot be resumed"
-        )
-    return checkpoint
 
 
 TRACE_FILE = "trace.csv"
@@ -258,12 +203,12 @@ def _run_server(
         saved = _with_trace_copy(cfg, Path(out_dir))
         recorder = RunRecorder(out_dir, to_yaml(saved), keep_until=first_round - 1 if resume is not None else None)
         if cfg.output.trackers:
-            tracking = Tracking(open_trackers(cfg.output.trackers, Path(out_dir), cfg.name), to_dict(saved))
+            tracking = Tracking(open_trackers(cfg.output.trackers, Path(out_dir), cfg.name), asdict(saved))
     elif cfg.output.trackers:
         logger.warning("output.trackers %s: no results directory, so no tracking", list(cfg.output.trackers))
     origin = provenance(cfg.client.device) if recorder is not None else None
     progress = Progress(cfg.rounds, cfg.output.progress, initial=first_round - 1)
-    stops = StopRules(cfg, lambda: strategy.global_arrays)
+    stops = StopRules(cfg)
     checkpoints = None
     if out_dir is not None:
         checkpoints = Checkpointer(
@@ -271,7 +216,6 @@ def _run_server(
             cfg.output.checkpoint_every,
             cfg.rounds,
             stops,
-            lambda: strategy.record,
             clock,
         )
     extra: dict[str, Any] = {"status": "failed"}
@@ -284,9 +228,8 @@ def _run_server(
     if wrap_grid is not None:
         grid = wrap_grid(grid, strategy.nodes.client_of)
     rows = recorder.rows if recorder is not None else []
-    on_round = RowWriter(recorder, progress)
-    if recorder is None:  # the rows are needed to tell whether any round trained
-        on_round = _also_keep(on_round, rows)
+    # the rows are needed to tell whether any round trained: kept here when no recorder keeps them
+    observers = [RowWriter(recorder, progress, rows=rows if recorder is None else None), tracking, checkpoints, stops]
     try:
         result = strategy.run_rounds(
             grid,
@@ -295,10 +238,8 @@ def _run_server(
             timeout=cfg.deployment.round_timeout or cfg.simulation.timeout,
             train_config=train_config(cfg),
             evaluate_fn=TestSetEvaluation(cfg, model, data.test, partition.client_labels),
-            on_round=EachRound(on_round, tracking),
+            observers=[o for o in observers if o is not None],
             first_round=first_round,
-            after_round=checkpoints,
-            stop=stops,
         )
         if recorder is not None:
             recorder.save_model(strategy.global_arrays)
@@ -365,16 +306,6 @@ def untrained(rows: list[dict[str, Any]], min_clients: int) -> Optional[str]:
     if len(train) > skipped:
         why.append(f"{len(train) - skipped} without a usable reply")
     return f"no round trained: of {len(train)} round(s), {' and '.join(why)}"
-
-
-def _also_keep(on_round: Callable[[Any], None], rows: list[dict[str, Any]]) -> Callable[[Any], None]:
-    """``on_round`` that also appends each record's row to ``rows``."""
-
-    def both(record) -> None:
-        on_round(record)
-        rows.append(record.to_json())
-
-    return both
 
 
 def check_simulated_nodes(grid: Grid, cfg: ScenarioConfig) -> None:

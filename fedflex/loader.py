@@ -1,0 +1,283 @@
+"""Loading a scenario: defaults <- YAML file <- dotlist overrides, old option spellings
+mapped to the new ones (:data:`fedflex.options.ALIASES`), checked, and the warnings about
+options the chosen parts do not read.
+
+Scenario files are read with a YAML loader that refuses a key given twice; OmegaConf's
+errors become one-line :class:`~fedflex.checks.ConfigError` s naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from fedflex.checks import ConfigError
+from fedflex.config import ScenarioConfig
+from fedflex.options import ALIASES
+from fedflex.trace import read_trace
+
+logger = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------- old spellings
+def _deprecated(old: str, new: tuple[str, ...]) -> str:
+    message = f"{old} is deprecated (read for one more release): write {' and '.join(new)}"
+    logger.warning(message)
+    return message
+
+
+def _is_section(value: Any) -> bool:
+    return isinstance(value, (Mapping, DictConfig))
+
+
+def alias_mapping(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` (a scenario's nested mapping) with every old key of
+    :data:`~fedflex.options.ALIASES` moved to its new place (a warning each).
+
+    Raises
+    ------
+    ConfigError
+        When a scenario gives an option in both spellings.
+    """
+    out = _plain(data)
+    for old, new in ALIASES.items():
+        *parents, leaf = old.split(".")
+        node = out
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+            if node is None:
+                break
+        if not isinstance(node, dict) or leaf not in node or _is_section(node[leaf]):
+            continue
+        value = node.pop(leaf)
+        _deprecated(old, new)
+        for target in new:
+            *tparents, tleaf = target.split(".")
+            tnode = out
+            for key in tparents:
+                tnode = tnode.setdefault(key, {})
+            if tleaf in tnode and tnode[tleaf] != value:
+                raise ConfigError(old, value, f"given again as {target} = {tnode[tleaf]!r}: keep only {target}")
+            tnode[tleaf] = value
+    return out
+
+
+def _plain(data: Any) -> Any:
+    if isinstance(data, DictConfig):
+        data = OmegaConf.to_container(data)
+    if isinstance(data, Mapping):
+        return {k: _plain(v) for k, v in data.items()}
+    return data
+
+
+def alias_overrides(overrides: Iterable[str]) -> list[str]:
+    """Dotlist overrides with every old key of :data:`~fedflex.options.ALIASES` written
+    the new way (a warning each)."""
+    out = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        new = ALIASES.get(key.strip())
+        if sep and new and not value.lstrip().startswith("{"):
+            _deprecated(key.strip(), new)
+            out += [f"{target}={value}" for target in new]
+        else:
+            out.append(item)
+    return out
+
+
+# ---------------------------------------------------------------------------- loading
+def load_scenario(
+    path: Optional[str | Path | Mapping[str, Any]] = None, overrides: Iterable[str] = ()
+) -> ScenarioConfig:
+    """Load a scenario: defaults <- YAML file <- dotlist overrides; validate; return it.
+
+    ``path`` may also be a mapping of scenario keys (a scenario built in code, e.g.
+    ``dataclasses.asdict(cfg)``): it is checked as a file's content would be, and a
+    relative ``churn.trace`` resolves against the working directory.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown key, a wrong type, a bad value or an unreadable file.
+    """
+    schema = OmegaConf.structured(ScenarioConfig)
+    layers: list[DictConfig | ListConfig] = []
+    file_trace = None
+    if isinstance(path, Mapping):
+        try:
+            layers.append(OmegaConf.create(alias_mapping(path)))
+        except OmegaConfBaseException as exc:
+            raise _from_omegaconf(exc) from None
+        path = None
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError("scenario", str(path), "no such file")
+        layers.append(OmegaConf.create(alias_mapping(_read_yaml(p))))
+        file_trace = OmegaConf.select(layers[0], "churn.trace", default=None)
+    overrides = alias_overrides(overrides)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(item, None, "overrides are dotted.key=value")
+    if overrides:
+        try:
+            layers.append(OmegaConf.from_dotlist(overrides))
+        except OmegaConfBaseException as exc:
+            raise ConfigError(overrides[0].split("=")[0], overrides[0], _first_line(exc)) from None
+    try:
+        merged = OmegaConf.merge(schema, *layers)
+        cfg = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        error = _from_omegaconf(exc)
+        if error.key == "scenario" and overrides:  # Omegaconf did not say which key: find it
+            error = _culprit(schema, layers[:-1], overrides) or error
+        raise error from None
+    if not isinstance(cfg, ScenarioConfig):
+        raise ConfigError("scenario", str(path), "did not load as a scenario")
+    cfg.validate()
+    warn_unused(cfg)
+    if cfg.churn.trace:
+        from_file = (
+            path is not None and file_trace is not None and not any(o.startswith("churn.trace=") for o in overrides)
+        )
+        base = Path(path).resolve().parent if from_file else Path.cwd()
+        cfg.churn.trace = str((base / Path(cfg.churn.trace).expanduser()).resolve())
+    if cfg.churn.kind == "trace":
+        try:
+            read_trace(cfg.churn.trace, cfg.num_clients)
+        except ValueError as exc:
+            raise ConfigError("churn.trace", cfg.churn.trace, str(exc)) from None
+    return cfg
+
+
+def warn_unused(cfg: ScenarioConfig) -> list[str]:
+    """Warn (and return the warnings) for every part option set away from its default
+    that the chosen part does not read, e.g. ``strategy.local_rule.fedprox.mu`` with rule sgd."""
+    said = []
+    for part in ("sampler", "aggregator", "initializer", "local_rule"):
+        options = getattr(cfg.strategy, part)
+        for option, value, owners in options.unused():
+            said.append(
+                f"strategy.{part}.{option}={value} does nothing for {part.replace('_', ' ')} {options.name} "
+                f"(read by: {', '.join(owners)})"
+            )
+    for option, value, decider, readers in cfg.client.unused():
+        said.append(
+            f"client.{option}={value} does nothing for client.{decider} {getattr(cfg.client, decider)} "
+            f"(read by {decider}: {', '.join(readers)})"
+        )
+    for message in said:
+        logger.warning(message)
+    return said
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_key_loader():
+    """A yaml SafeLoader class that refuses a key given twice in one mapping (built on
+    first use: yaml is imported only when a scenario file is read)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def construct_mapping(loader, node, deep=False):
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if key in seen:
+                mark = key_node.start_mark
+                raise _DuplicateKey(
+                    f"key {key!r} given twice (line {seen[key] + 1}, and line {mark.line + 1} column {mark.column + 1})"
+                )
+            seen[key] = key_node.start_mark.line
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    return Loader
+
+
+def _read_yaml(p: Path) -> dict:
+    """A scenario file's mapping; syntax errors name the line and column, a key given
+    twice names both lines, a top level that is not a mapping is refused."""
+    import yaml
+
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("scenario", str(p), f"cannot be read ({exc})") from None
+    try:
+        data = yaml.load(text, Loader=_unique_key_loader())
+    except _DuplicateKey as exc:
+        raise ConfigError("scenario", str(p), str(exc)) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigError("scenario", str(p), f"not valid YAML ({where}{exc.problem or exc.context})") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError("scenario", str(p), f"not valid YAML ({_first_line(exc)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            "scenario",
+            str(p),
+            f"the top level must be a mapping of keys (name: ..., rounds: ...), not a {type(data).__name__}",
+        )
+    return data
+
+
+def _culprit(schema, file_layers: list, overrides: list[str]) -> Optional[ConfigError]:
+    """The first override that fails on its own, as a ConfigError naming its key."""
+    for item in overrides:
+        key, _, value = item.partition("=")
+        try:
+            OmegaConf.to_object(OmegaConf.merge(schema, *file_layers, OmegaConf.from_dotlist([item])))
+        except OmegaConfBaseException as exc:
+            return ConfigError(key, value, _first_line(exc))
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _from_omegaconf(exc: OmegaConfBaseException) -> ConfigError:
+    key = getattr(exc, "full_key", None) or "scenario"
+    msg = _first_line(exc)
+    if "not in struct" in msg or "Key '" in msg and "not in" in msg:
+        allowed = "unknown key"
+        parent = key.rsplit(".", 1)[0] if "." in key else ""
+        known = _known_keys(parent)
+        if known:
+            allowed += "; known keys here: " + ", ".join(known)
+        return ConfigError(key, getattr(exc, "key", key), allowed)
+    value = getattr(exc, "value", None) if hasattr(exc, "value") else None
+    return ConfigError(key, value, msg)
+
+
+def _known_keys(parent: str) -> list[str]:
+    node: Any = ScenarioConfig
+    for part in [p for p in parent.split(".") if p]:
+        fields = {f.name: f for f in dataclasses.fields(node)} if dataclasses.is_dataclass(node) else {}
+        if part not in fields:
+            return []
+        default = fields[part].default_factory if fields[part].default_factory is not dataclasses.MISSING else None
+        node = default() if default else None
+        if node is None or not dataclasses.is_dataclass(node):
+            return []
+        node = type(node)
+    return [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else []
+
+
+def to_yaml(cfg: ScenarioConfig) -> str:
+    """The fully resolved scenario as YAML (what ``config.yaml`` holds)."""
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
