@@ -237,7 +237,11 @@ class AwareOptions(MethodOptions):
     ``tol`` is Frank-Wolfe's threshold on ||delta lambda||_1. ``memory``: momenta of the
     ``full`` model or of the ``last-layers`` (the last ``layers`` float tensors), stored as
     ``dtype``. ``departed``: an offline client's momentum is kept in the solve (``keep``),
-    kept but left out while offline (``exclude``) or forgotten (``drop``).
+    kept but left out while offline (``exclude``) or forgotten (``drop``). ``max_age``:
+    null (the paper) solves over every stored momentum; an integer A only over the momenta
+    refreshed in the last A + 1 aggregations (older ones stay stored and come back when
+    their client trains again; for samplers that pick some clients far more often than
+    others, docs/composition.md).
     """
 
     PARTS: ClassVar[tuple[str, ...]] = ("fedaware",)  # and any AWARE_BASES with enabled
@@ -255,6 +259,7 @@ class AwareOptions(MethodOptions):
     layers: int = 2  # last-layers memory: the last K float tensors (2: the output layer)
     dtype: str = "float32"
     departed: str = "keep"
+    max_age: Optional[int] = None  # solve over momenta refreshed in the last A+1 rounds (null: all)
 
     def validate(self, path: str) -> None:
         number(path, "momentum", self.momentum, gt=0, le=1)
@@ -266,6 +271,7 @@ class AwareOptions(MethodOptions):
         choice(path, "dtype", self.dtype, FLOAT_DTYPES)
         number(path, "layers", self.layers, ge=1)
         choice(path, "departed", self.departed, AWARE_DEPARTED)
+        number(path, "max_age", self.max_age, ge=0, optional=True)
 
     def solver_iters(self) -> int:
         """The iteration cap, unset following the solver."""
@@ -496,6 +502,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
                 "layers",
                 "dtype",
                 "departed",
+                "max_age",
             )
         },
     ),

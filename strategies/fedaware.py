@@ -173,7 +173,12 @@ class AwareCore:
         the step then weights this round's uploads by lambda restricted to the clients
         that trained, see :meth:`direction`); ``dtype`` of the stored momenta;
         ``departed``: a client offline this round is kept in the solve (``keep``), left
-        out while offline (``exclude``) or forgotten (``drop``).
+        out while offline (``exclude``) or forgotten (``drop``); ``max_age``: None (the
+        paper): every stored momentum enters the solve; an integer A: only the momenta
+        refreshed in the last A + 1 aggregations (age <= A; this round's are age 0) do;
+        older ones stay stored and come back when their client trains again. For samplers
+        that pick some clients far more often than others (HiCS-FL), whose rarely picked
+        clients' momenta are many rounds stale (docs/composition.md).
     reset_on_switch
         Forget all momenta (and warm up again) when an initializer replaces the model.
     """
@@ -191,7 +196,9 @@ class AwareCore:
         self.momentum, self.normalize, self.warmup = o.momentum, o.normalize, o.warmup
         self.iters, self.tol, self.solver, self.gap_tol = o.solver_iters(), o.tol, o.solver, o.gap_tol
         self.memory, self.layers, self.dtype = o.memory, o.layers, o.dtype
-        self.departed, self.reset_on_switch = o.departed, reset_on_switch
+        self.departed, self.reset_on_switch, self.max_age = o.departed, reset_on_switch, o.max_age
+        self.step = 0  # aggregations so far (direction() calls)
+        self.refreshed = np.zeros(num_clients, dtype=np.int64)  # step at which each momentum was last set
         self.store: Optional[MomentumStore] = None
         self.gram = np.zeros((0, 0))
         self.has = np.zeros(num_clients, dtype=bool)
@@ -254,6 +261,7 @@ class AwareCore:
         old = self.store.get(ids)  # zero rows for clients without a momentum
         self.store.set(ids, (1.0 - a) * old + a * grads[:, self.offset :])
         self.has[ids] = True
+        self.refreshed[ids] = self.step
         self._update_gram(ids)
 
     def _update_gram(self, ids: np.ndarray) -> None:
@@ -323,6 +331,7 @@ class AwareCore:
             raise ValueError(f"client ids must be distinct and in 0..{self.num_clients - 1}: {ids.tolist()}")
         x = flatten(global_arrays)
         grads = np.stack([x - flatten(u.arrays) for u in updates])  # g_i = x - x_i, rows as ids
+        self.step += 1
         online_mask = None
         if online is not None:
             online_mask = np.zeros(self.num_clients, dtype=bool)
@@ -340,6 +349,9 @@ class AwareCore:
                 return None
             self.warm = True
         active = self.has if (self.departed != "exclude" or online_mask is None) else self.has & online_mask
+        age = self.step - self.refreshed
+        if self.max_age is not None:
+            active = active & (age <= self.max_age)
         active_ids = np.flatnonzero(active)
         gram = self.gram if active_ids.size == self.num_clients else self.gram[np.ix_(active_ids, active_ids)]
         scale = None
@@ -366,6 +378,7 @@ class AwareCore:
             aware_fw_iters=res.iterations,
             aware_gap=res.relative_gap,
             aware_min_norm=math.sqrt(res.value),
+            aware_age=float(res.weights @ age[active_ids]),
             aware_d_norm=float(np.linalg.norm(d)),
             aware_solve_s=time.perf_counter() - t0,
         )
@@ -396,6 +409,8 @@ class AwareCore:
             "memory": self.memory,
             "offset": self.offset,
             "total_dim": self.total_dim,
+            "step": self.step,
+            "refreshed": self.refreshed.copy(),
         }
         if self.store is not None:
             state["momenta"] = self.store.get(slice(0, self.num_clients)).astype(np.float32)
@@ -404,6 +419,9 @@ class AwareCore:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.has = np.asarray(state["has"], dtype=bool).copy()
         self.warm = bool(state["warm"])
+        # checkpoints of fedflex before max_age: ages start from the resume
+        self.step = int(state.get("step", 0))
+        self.refreshed = np.asarray(state.get("refreshed", np.zeros(self.num_clients)), dtype=np.int64).copy()
         if "momenta" in state:
             momenta = np.asarray(state["momenta"], dtype=np.float64)
             self.keys = list(state["keys"])
@@ -416,7 +434,8 @@ class AwareCore:
         return (
             f"momentum={self.momentum}, normalize={self.normalize}, warmup={self.warmup}, "
             f"memory={self.memory}{f'({self.layers})' if self.memory == 'last-layers' else ''}, "
-            f"dtype={self.dtype}, departed={self.departed}, solver={self.solver}, iters={self.iters}, tol={self.tol}"
+            f"dtype={self.dtype}, departed={self.departed}, max_age={self.max_age}, "
+            f"solver={self.solver}, iters={self.iters}, tol={self.tol}"
         )
 
 

@@ -102,3 +102,8 @@ def test_shipped_scenarios_use_no_old_key():
 
 def test_options_classes_are_method_options():
     assert all(isinstance(o, MethodOptions) for _, _, o in _sections())
+
+
+def test_aware_max_age_has_its_old_spelling_too():
+    cfg = load_scenario(None, ["strategy.aggregator.name=fedaware", "strategy.aggregator.aware_max_age=10"])
+    assert cfg.strategy.aggregator.aware.max_age == 10
