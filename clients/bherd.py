@@ -63,7 +63,7 @@ import numpy as np
 import torch
 
 from fedflex import keys
-from fedflex.clients.common import RuleInput, RuleOutput
+from fedflex.clients.rule_io import RuleInput, RuleOutput
 from fedflex.clients.scaffold import scaffold_finish, scaffold_variates
 from fedflex.clients.train import StepTerms, TrainResult, batch_order, make_optimizer
 from fedflex.losses import get_loss

@@ -23,7 +23,7 @@ What stays per client, exactly as in the sequential loop
   formulas, applied to the stacked tensors) and the rule's per-step terms
   (:class:`clients.train.StepTerms`: FedProx's ``mu``, SCAFFOLD's correction, FedCM's
   gradient scale);
-- the reply: the rule's ``finish`` (:class:`clients.common.RuleSteps`) builds it from the
+- the reply: the rule's ``finish`` (:class:`clients.rule_io.RuleSteps`) builds it from the
   trained parameters, with the same records and metrics.
 
 Results equal the sequential path's up to float rounding (batched kernels sum in another

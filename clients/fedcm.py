@@ -18,7 +18,7 @@ decay, when set, is added by the optimiser unscaled.
 from __future__ import annotations
 
 from fedflex import keys
-from fedflex.clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps
+from fedflex.clients.rule_io import Params, RuleInput, RuleOutput, RuleStart, RuleSteps
 from fedflex.clients.train import StepTerms, TrainResult
 
 

@@ -28,7 +28,7 @@ import torch
 from flwr.app import ArrayRecord
 
 from fedflex import keys
-from fedflex.clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps, load_state
+from fedflex.clients.rule_io import Params, RuleInput, RuleOutput, RuleStart, RuleSteps, load_state
 from fedflex.clients.train import StepTerms, TrainResult
 
 

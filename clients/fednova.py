@@ -28,7 +28,7 @@ from collections import OrderedDict
 import torch
 
 from fedflex import keys
-from fedflex.clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps
+from fedflex.clients.rule_io import Params, RuleInput, RuleOutput, RuleStart, RuleSteps
 from fedflex.clients.train import TrainResult
 
 logger = logging.getLogger(__name__)

@@ -44,11 +44,11 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from fedflex import keys
 from fedflex.clients.bherd import DTYPES, GradientStore, flat_gradient, herd_reply
-from fedflex.clients.common import RuleInput, RuleOutput, RuleStart, RuleSteps
 from fedflex.clients.fedcm import FEDCM
 from fedflex.clients.feddyn import FEDDYN
 from fedflex.clients.fednova import FEDNOVA
 from fedflex.clients.node import payload_of, reply_records, rule_options
+from fedflex.clients.rule_io import RuleInput, RuleOutput, RuleStart, RuleSteps
 from fedflex.clients.rules import SGD
 from fedflex.clients.scaffold import SCAFFOLD, ScaffoldVariates, scaffold_finish, scaffold_variates
 from fedflex.clients.train import StepTerms, TrainResult, TrainSettings
@@ -257,7 +257,7 @@ class ClientHalf(OptimizerHook):
 
 
 class RuleStepsClient(ClientHalf):
-    """A method written as fedflex's :class:`~clients.common.RuleSteps` (start / finish
+    """A method written as fedflex's :class:`~clients.rule_io.RuleSteps` (start / finish
     around a plain loop): its start's :class:`~clients.train.StepTerms` act on every
     step's gradients, its finish builds the records."""
 

@@ -120,7 +120,7 @@ def reply_records(model: torch.nn.Module, out: RuleOutput) -> RecordDict:
 def build_reply(msg: Message, pid: int, task: Task, out: RuleOutput, drawn: Optional[dict] = None) -> Message:
     """The train reply: the local model (or the rule's arrays), the rule's further array
     records and the metrics (with ``drawn``: the epochs / batch size this client drew,
-    :attr:`clients.common.RuleInput.drawn`)."""
+    :attr:`clients.rule_io.RuleInput.drawn`)."""
     content = reply_records(task.model, out)
     metrics = {
         keys.NUM_EXAMPLES: out.result.num_examples,

@@ -29,10 +29,10 @@ from __future__ import annotations
 from typing import Callable
 
 from fedflex.clients.bherd import bherd_rule, grab_rule
-from fedflex.clients.common import Params, RuleInput, RuleOutput, RuleStart, RuleSteps, load_state
 from fedflex.clients.fedcm import FEDCM
 from fedflex.clients.feddyn import FEDDYN
 from fedflex.clients.fednova import FEDNOVA
+from fedflex.clients.rule_io import Params, RuleInput, RuleOutput, RuleStart, RuleSteps, load_state
 from fedflex.clients.scaffold import SCAFFOLD
 from fedflex.clients.train import StepTerms, TrainResult
 

@@ -2,7 +2,6 @@
 Flower strategies (:mod:`strategies.named`), importable from here:
 ``from fedflex.strategies import HiCSFL``."""
 
-from fedflex.strategies.fedflex import FedFlex
 from fedflex.strategies.named import (
     AWARE,
     SCAFFOLD,
@@ -20,6 +19,7 @@ from fedflex.strategies.named import (
     PowerOfChoice,
     SessionAware,
 )
+from fedflex.strategies.strategy import FedFlex
 
 __all__ = [
     "AWARE",

@@ -38,7 +38,7 @@ from flwr.common import log
 
 from fedflex import keys
 from fedflex.arrays import is_float
-from fedflex.strategies.basic import weighted_average
+from fedflex.strategies.baseline import weighted_average
 from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate
 
 DIVISORS = ("alpha", "reported", "fednova")

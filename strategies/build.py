@@ -1,4 +1,4 @@
-"""Build a :class:`~strategies.fedflex.FedFlex` strategy from a scenario's config.
+"""Build a :class:`~strategies.strategy.FedFlex` strategy from a scenario's config.
 
 The registries map the names of ``fedflex.config`` (``strategy.sampler.name`` and so on)
 to part constructors; a method is a choice of one name per part. :func:`check_parts`
@@ -17,7 +17,7 @@ from flwr.common import log
 from fedflex.churn import Availability, SessionTracker
 from fedflex.config import ROBUST_AGGREGATORS, ConfigError, ScenarioConfig
 from fedflex.options import AWARE_BASES
-from fedflex.strategies.basic import ExploreFirstSampler, FedAvgAggregator, PreviousInitializer, UniformSampler
+from fedflex.strategies.baseline import ExploreFirstSampler, FedAvgAggregator, PreviousInitializer, UniformSampler
 from fedflex.strategies.bherd import BHerdAggregator
 from fedflex.strategies.clustered import ClusteredSampler
 from fedflex.strategies.divfl import DivFLSampler
@@ -25,16 +25,22 @@ from fedflex.strategies.fedaware import AwarePlugin, FedAwareAggregator
 from fedflex.strategies.fedcm import FedCMServer
 from fedflex.strategies.fedcor import FedCorSampler
 from fedflex.strategies.feddyn import FedDynServer
-from fedflex.strategies.fedflex import FedFlex
 from fedflex.strategies.fednova import FedNovaServer
 from fedflex.strategies.hics import HiCSSampler
-from fedflex.strategies.optimizers import FedAdagrad, FedAdam, FedAMS, FedAvgM, FedYogi
+from fedflex.strategies.optimizers import (
+    FedAdagradAggregator,
+    FedAdamAggregator,
+    FedAMSAggregator,
+    FedAvgMAggregator,
+    FedYogiAggregator,
+)
 from fedflex.strategies.parts import Aggregator, Initializer, ModelInfo, Sampler, ServerRule
 from fedflex.strategies.powd import PowDSampler
 from fedflex.strategies.replies import MB, ReplyLimits
 from fedflex.strategies.robust import BulyanAggregator, KrumAggregator, MedianAggregator, TrimmedMeanAggregator
 from fedflex.strategies.scaffold import ScaffoldServer
 from fedflex.strategies.session_init import AverageInitializer, SessionAwareInitializer
+from fedflex.strategies.strategy import FedFlex
 
 
 def _reset(cfg: ScenarioConfig) -> bool:
@@ -98,11 +104,11 @@ AGGREGATORS: dict[str, Callable[[ScenarioConfig, ModelInfo], Aggregator]] = {
     "fedavg": lambda cfg, model: FedAvgAggregator(
         weighted=cfg.strategy.aggregator.weighted, server_lr=cfg.strategy.aggregator.server_lr
     ),
-    "fedavgm": _server_opt(FedAvgM, "fedavgm"),
-    "fedadam": _server_opt(FedAdam, "adaptive"),
-    "fedyogi": _server_opt(FedYogi, "adaptive"),
-    "fedadagrad": _server_opt(FedAdagrad, "adaptive"),
-    "fedams": _server_opt(FedAMS, "adaptive", "fedams"),
+    "fedavgm": _server_opt(FedAvgMAggregator, "fedavgm"),
+    "fedadam": _server_opt(FedAdamAggregator, "adaptive"),
+    "fedyogi": _server_opt(FedYogiAggregator, "adaptive"),
+    "fedadagrad": _server_opt(FedAdagradAggregator, "adaptive"),
+    "fedams": _server_opt(FedAMSAggregator, "adaptive", "fedams"),
     "fedaware": lambda cfg, model: FedAwareAggregator(
         cfg.num_clients,
         cfg.strategy.aggregator.aware,

@@ -47,7 +47,7 @@ from flwr.common import log
 
 from fedflex.arrays import flatten
 from fedflex.options import ClusteredOptions, resolve_options
-from fedflex.strategies.basic import explore_first
+from fedflex.strategies.baseline import explore_first
 from fedflex.strategies.clustering import (
     algorithm2_distributions,
     angle_matrix,

@@ -56,7 +56,7 @@ from flwr.common import log
 
 from fedflex.arrays import flatten
 from fedflex.options import DivFLOptions, resolve_options
-from fedflex.strategies.basic import explore_first
+from fedflex.strategies.baseline import explore_first
 from fedflex.strategies.parts import Arrays, ClientUpdate, Sampler
 from fedflex.strategies.sketch import CountSketch
 

@@ -29,7 +29,7 @@ Pieces, from the bottom up:
 - :class:`FedAwareAggregator` (FedAWARE) and :class:`AwarePlugin` (x AWARE).
 
 The authors' exploration (every online client once, shuffled, before the base sampler
-takes over) is :class:`strategies.basic.ExploreFirstSampler`, for any sampler.
+takes over) is :class:`strategies.baseline.ExploreFirstSampler`, for any sampler.
 
 Decisions the paper leaves open and their defaults are documented in ``docs/fedaware.md``.
 """
@@ -54,7 +54,7 @@ from fedflex.options import (
     AwareOptions,
     resolve_options,
 )
-from fedflex.strategies.basic import FedAvgAggregator
+from fedflex.strategies.baseline import FedAvgAggregator
 from fedflex.strategies.min_norm import (  # noqa: F401 - the kernels, also importable from here
     MinNormResult,
     best_pair,

@@ -62,7 +62,7 @@ import numpy as np
 from flwr.common import log
 
 from fedflex.options import FedCorOptions, resolve_options
-from fedflex.strategies.basic import explore_first, query_losses
+from fedflex.strategies.baseline import explore_first, query_losses
 from fedflex.strategies.clustering import data_shares
 from fedflex.strategies.parts import Arrays, ClientUpdate, Sampler
 

@@ -82,7 +82,7 @@ from flwr.common import log
 
 from fedflex import keys
 from fedflex.options import HICS_ESTIMATES, HiCSOptions, resolve_options
-from fedflex.strategies.basic import explore_first
+from fedflex.strategies.baseline import explore_first
 from fedflex.strategies.clustering import (
     algorithm2_distributions,
     angle_matrix,

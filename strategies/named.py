@@ -1,6 +1,6 @@
 """fedflex's methods as Flower strategies that drop into any Flower ServerApp.
 
-Each class here is a :class:`~strategies.fedflex.FedFlex` (so a Flower
+Each class here is a :class:`~strategies.strategy.FedFlex` (so a Flower
 :class:`~flwr.serverapp.strategy.FedAvg`, with its ``fraction_train``,
 ``fraction_evaluate``, ``min_*_nodes``, ``weighted_by_key`` and record-key options)
 whose parts are one published method; the rest of the round is FedAvg. In a Flower app
@@ -44,8 +44,8 @@ from fedflex.config import (
 from fedflex.loader import load_scenario
 from fedflex.options import ALIASES, AWARE_BASES, MethodOptions
 from fedflex.strategies.build import build_parts
-from fedflex.strategies.fedflex import FedFlex
 from fedflex.strategies.parts import ModelInfo
+from fedflex.strategies.strategy import FedFlex
 
 #: the option classes of the four parts (scenario section ``strategy.<part>``)
 PART_OPTIONS: dict[str, type] = {
@@ -135,11 +135,11 @@ class FlowerStrategy(FedFlex):
         array.
     identify
         ``"auto"`` (default), ``"node-id"`` or ``"partition-id"``, see
-        :class:`~strategies.fedflex.FedFlex`.
+        :class:`~strategies.strategy.FedFlex`.
     **kwargs
         The part's plain options (below: ``server_lr``, ``weighted``, ...), the old flat
         option names (``hics_lambda``, ``aware_momentum``, ...: a warning names the new
-        spelling), then any :class:`~strategies.fedflex.FedFlex` keyword (Flower's
+        spelling), then any :class:`~strategies.strategy.FedFlex` keyword (Flower's
         ``fraction_train``, ..., ``clients_per_round``, ``availability``, ...).
     """
 

@@ -1,4 +1,6 @@
-"""Server optimisers on the FedAvg pseudo-gradient, as aggregator parts.
+"""Server optimisers on the FedAvg pseudo-gradient, as aggregator parts (named
+``<Method>Aggregator``: Flower's strategies of the same method are ``FedAvgM``,
+``FedAdam``, ...).
 
 With delta = avg_i x_i - x (the example-weighted mean of the client models minus the
 global model):
@@ -36,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from fedflex.arrays import is_float
-from fedflex.strategies.basic import weighted_average
+from fedflex.strategies.baseline import weighted_average
 from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate
 
 
@@ -93,7 +95,7 @@ def apply_update(global_arrays: Arrays, update: "OrderedDict[str, np.ndarray]", 
     return out
 
 
-class FedAvgM(ServerOptimizer):
+class FedAvgMAggregator(ServerOptimizer):
     name = "fedavgm"
 
     def __init__(self, server_lr: float = 1.0, momentum: float = 0.9, **kw: Any) -> None:
@@ -137,28 +139,28 @@ class _Adaptive(ServerOptimizer):
         return f"{self.name}(server_lr={self.server_lr}, beta1={self.beta1}, beta2={self.beta2}, tau={self.tau})"
 
 
-class FedAdagrad(_Adaptive):
+class FedAdagradAggregator(_Adaptive):
     name = "fedadagrad"
 
     def second_moment(self, v, d2):
         return v + d2
 
 
-class FedAdam(_Adaptive):
+class FedAdamAggregator(_Adaptive):
     name = "fedadam"
 
     def second_moment(self, v, d2):
         return self.beta2 * v + (1 - self.beta2) * d2
 
 
-class FedYogi(_Adaptive):
+class FedYogiAggregator(_Adaptive):
     name = "fedyogi"
 
     def second_moment(self, v, d2):
         return v - (1 - self.beta2) * d2 * np.sign(v - d2)
 
 
-class FedAMS(ServerOptimizer):
+class FedAMSAggregator(ServerOptimizer):
     """FedAMS (Wang, Lin & Chen, ICML 2022; see the module docstring).
 
     Parameters

@@ -24,7 +24,7 @@ import numpy as np
 from flwr.common import log
 
 from fedflex.options import PowDOptions, resolve_options
-from fedflex.strategies.basic import query_losses
+from fedflex.strategies.baseline import query_losses
 from fedflex.strategies.clustering import data_shares
 from fedflex.strategies.parts import Arrays, ClientUpdate, Sampler
 

@@ -39,7 +39,7 @@ from flwr.serverapp.strategy import (
 from fedflex.strategies.parts import ServerRule
 
 if TYPE_CHECKING:
-    from fedflex.strategies.fedflex import FedFlex
+    from fedflex.strategies.strategy import FedFlex
 
 #: Flower's DP wrappers that clip on the server (they keep the model sent as ``current_arrays``)
 SERVER_SIDE = (DifferentialPrivacyServerSideFixedClipping, DifferentialPrivacyServerSideAdaptiveClipping)

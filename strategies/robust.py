@@ -23,7 +23,7 @@ Each steps x <- x + ``server_lr`` (agg - x); non-float entries (counters) keep t
 model's values, so no single client sets them.
 
 :func:`clip_update` scales a client's update (reply - global model) down to a maximum L2
-norm; :class:`~strategies.fedflex.FedFlex` applies it to every reply before any part
+norm; :class:`~strategies.strategy.FedFlex` applies it to every reply before any part
 sees it (``strategy.aggregator.clip_norm``).
 """
 

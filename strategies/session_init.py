@@ -8,7 +8,7 @@ average of the last models of earlier sessions, d the L2 distance between the se
 
 Initializers (plug-ins: any aggregator and local rule):
 
-- ``previous``: continue from the latest global model (``strategies.basic``);
+- ``previous``: continue from the latest global model (``strategies.baseline``);
 - ``average``: unweighted mean of the stored last models (:class:`AverageInitializer`);
 - ``session-aware``: the method (:class:`SessionAwareInitializer`).
 
@@ -34,7 +34,7 @@ from flwr.common import log
 
 from fedflex.arrays import flatten, is_float
 from fedflex.options import SESSION_DISTANCES, SessionAwareOptions, resolve_options
-from fedflex.strategies.basic import weighted_average
+from fedflex.strategies.baseline import weighted_average
 from fedflex.strategies.clustering import unit_rows
 from fedflex.strategies.parts import Arrays, Initializer
 

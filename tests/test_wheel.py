@@ -108,7 +108,7 @@ def test_a_flower_app_bundle_without_the_links_imports_the_halves_from_its_own_f
     with zipfile.ZipFile(fab) as bundle:
         assert not any(name.startswith("fedflex/strategies/") for name in bundle.namelist())  # the link is gone
         bundle.extractall(unpacked)
-    code = "import fedflex.strategies.fedflex as s, fedflex.clients.client_app as c; print(s.__file__, c.__file__)"
+    code = "import fedflex.strategies.strategy as s, fedflex.clients.client_app as c; print(s.__file__, c.__file__)"
     # Execute: the bundle's folder first on the path, as Flower's app loading puts it
     proc = subprocess.run(
         [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(unpacked)!r}); {code}"],

@@ -1,8 +1,8 @@
 """What a run does around its rounds, as small objects the composition root wires together.
 
-:meth:`strategies.fedflex.FedFlex.run_rounds` calls ``evaluate_fn(record, arrays)`` inside
+:meth:`strategies.strategy.FedFlex.run_rounds` calls ``evaluate_fn(record, arrays)`` inside
 every round, then each observer's ``after_round(record, arrays) -> stop``
-(:class:`strategies.fedflex.RoundObserver`), in the order given. These are:
+(:class:`strategies.strategy.RoundObserver`), in the order given. These are:
 
 - :class:`TestSetEvaluation`: the global model on the test set at the scenario's cadence
   (and on the online clients' labels when asked);

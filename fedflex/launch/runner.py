@@ -152,9 +152,9 @@ def run(
     A run that fails for a reason the run itself states (no round trained,
     ``churn.on_too_few=fail``) returns normally: ``out_dir/summary.json`` has
     ``"status": "failed"`` and the reason as ``failure``. Without ``out_dir`` it raises
-    :class:`strategies.fedflex.RunFailedError`.
+    :class:`strategies.strategy.RunFailedError`.
     """
-    from fedflex.strategies.fedflex import RunFailedError
+    from fedflex.strategies.strategy import RunFailedError
 
     try:
         _run(cfg, out_dir, verbose, resume, recorder)

@@ -69,9 +69,9 @@ from fedflex.results import (  # noqa: F401 - the checkpoint pair, also importab
 from fedflex.rundir import RunDirError, RunDirLock
 from fedflex.runinfo import provenance, run_log
 from fedflex.strategies.build import build_strategy
-from fedflex.strategies.fedflex import RunFailedError
 from fedflex.strategies.nodes import simulated_node_count
 from fedflex.strategies.parts import ModelInfo
+from fedflex.strategies.strategy import RunFailedError
 from fedflex.tracking import open_trackers
 
 logger = logging.getLogger(__name__)

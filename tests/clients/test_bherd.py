@@ -31,8 +31,8 @@ from fedflex.clients.bherd import (
     herd_select_naive,
 )
 from fedflex.clients.client_app import app as client_app
-from fedflex.clients.common import RuleInput
 from fedflex.clients.fednova import fednova_a_norm, fednova_rule
+from fedflex.clients.rule_io import RuleInput
 from fedflex.clients.train import TrainSettings
 from fedflex.config import LocalRuleConfig
 from fedflex.data import ArrayDataset

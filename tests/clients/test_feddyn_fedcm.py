@@ -13,9 +13,9 @@ from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
 from fedflex import keys
-from fedflex.clients.common import RuleInput
 from fedflex.clients.fedcm import FEDCM
 from fedflex.clients.feddyn import FEDDYN
+from fedflex.clients.rule_io import RuleInput
 from fedflex.clients.train import TrainSettings
 from fedflex.config import LocalRuleConfig
 from fedflex.data import ArrayDataset

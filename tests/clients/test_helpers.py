@@ -25,10 +25,10 @@ from torch import nn
 from fedflex import keys
 from fedflex.clients import helpers
 from fedflex.clients.bherd import bherd_rule
-from fedflex.clients.common import RuleInput
 from fedflex.clients.fedcm import FEDCM
 from fedflex.clients.feddyn import FEDDYN
 from fedflex.clients.fednova import FEDNOVA
+from fedflex.clients.rule_io import RuleInput
 from fedflex.clients.rules import SGD
 from fedflex.clients.scaffold import SCAFFOLD
 from fedflex.clients.train import TrainSettings, batch_order

@@ -7,7 +7,7 @@ import pytest
 from flwr.app import MetricRecord, RecordDict
 
 from fedflex.arrays import flatten, numpy_to_record, record_to_numpy, unflatten
-from fedflex.strategies.basic import FedAvgAggregator, UniformSampler, weighted_average
+from fedflex.strategies.baseline import FedAvgAggregator, UniformSampler, weighted_average
 from fedflex.strategies.parts import ClientUpdate
 from fedflex.strategies.replies import check_reply
 

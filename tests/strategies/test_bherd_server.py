@@ -11,7 +11,7 @@ import pytest
 from fedflex import keys
 from fedflex.config import ConfigError
 from fedflex.loader import load_scenario
-from fedflex.strategies.basic import FedAvgAggregator
+from fedflex.strategies.baseline import FedAvgAggregator
 from fedflex.strategies.bherd import BHerdAggregator, bherd_coefficients
 from fedflex.strategies.build import build_strategy, check_parts
 from fedflex.strategies.fednova import FedNovaServer, fednova_step

@@ -16,7 +16,7 @@ from fedflex.launch.local_grid import LocalGrid
 from fedflex.launch.server import run_server
 from fedflex.loader import load_scenario
 from fedflex.results import read_metrics
-from fedflex.strategies.basic import ExploreFirstSampler, FedAvgAggregator, UniformSampler
+from fedflex.strategies.baseline import ExploreFirstSampler, FedAvgAggregator, UniformSampler
 from fedflex.strategies.build import build_strategy, check_parts
 from fedflex.strategies.diagnostics import e_lud
 from fedflex.strategies.fedaware import (
@@ -30,7 +30,7 @@ from fedflex.strategies.fedaware import (
     projection_coefficient,
     two_point,
 )
-from fedflex.strategies.optimizers import FedAvgM
+from fedflex.strategies.optimizers import FedAvgMAggregator
 from fedflex.strategies.parts import ClientUpdate, RoundFacts
 
 SQRT3 = math.sqrt(3.0)
@@ -277,8 +277,8 @@ def test_plugin_steps_along_the_projection_sixty_degrees():
 def test_plugin_is_the_base_method_during_warmup():
     x = _model(0.0, 0.0)
     ups = [_up(0, x["w"], [1, 0]), _up(1, x["w"], [0, 1])]
-    plain = FedAvgM(server_lr=1.0, momentum=0.9).aggregate(1, x, ups)
-    plug = AwarePlugin(FedAvgM(server_lr=1.0, momentum=0.9), 3)
+    plain = FedAvgMAggregator(server_lr=1.0, momentum=0.9).aggregate(1, x, ups)
+    plug = AwarePlugin(FedAvgMAggregator(server_lr=1.0, momentum=0.9), 3)
     np.testing.assert_allclose(plug.aggregate(1, x, ups)["w"], plain["w"])
     assert plug.round_metrics()["aware_phase"] == "warmup"
 
@@ -359,7 +359,7 @@ def test_aware_on_an_aggregator_it_cannot_wrap_is_refused():
 def test_aware_true_wraps_the_server_optimiser():
     cfg = load_scenario(None, ["strategy.aggregator.name=fedavgm", "strategy.aggregator.aware.enabled=true"])
     strategy = build_strategy(cfg, None)
-    assert isinstance(strategy.aggregator, AwarePlugin) and isinstance(strategy.aggregator.base, FedAvgM)
+    assert isinstance(strategy.aggregator, AwarePlugin) and isinstance(strategy.aggregator.base, FedAvgMAggregator)
 
 
 def test_bad_departed_value_fails_at_load():

@@ -17,7 +17,7 @@ from fedflex.launch.local_grid import LocalGrid
 from fedflex.launch.server import run_server
 from fedflex.loader import load_scenario
 from fedflex.results import read_metrics
-from fedflex.strategies.fedflex import RunFailedError, TooFewClientsError
+from fedflex.strategies.strategy import RunFailedError, TooFewClientsError
 
 BASE = [
     "num_clients=6",
@@ -218,7 +218,7 @@ def test_node_with_partition_id_outside_the_scenario_is_ignored(tmp_path, caplog
 
 def test_parts_see_the_round_in_progress_while_they_aggregate(tmp_path, monkeypatch):
     # FedAWARE reads the strategy's record for the online set: it must be this round's
-    from fedflex.strategies.basic import FedAvgAggregator
+    from fedflex.strategies.baseline import FedAvgAggregator
 
     seen = []
     original = FedAvgAggregator.aggregate

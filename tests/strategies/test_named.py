@@ -14,7 +14,7 @@ from fedflex.churn import ExplicitSessions
 from fedflex.config import ConfigError
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.strategies import named
-from fedflex.strategies.fedflex import FedFlex
+from fedflex.strategies.strategy import FedFlex
 
 pytestmark = pytest.mark.usefixtures("quickstart_example")  # tests/conftest.py
 
@@ -172,7 +172,7 @@ def test_options_and_their_defaults_come_from_the_config_classes():
 
 
 def test_fedflex_with_parts_keeps_flowers_fedavg_options():
-    from fedflex.strategies.basic import FedAvgAggregator, PreviousInitializer, UniformSampler
+    from fedflex.strategies.baseline import FedAvgAggregator, PreviousInitializer, UniformSampler
 
     strategy = FedFlex(
         sampler=UniformSampler(seed=0),
