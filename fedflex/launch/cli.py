@@ -52,7 +52,7 @@ from typing import Optional, Sequence
 
 from fedflex.config import ConfigError
 from fedflex.loader import load_scenario
-from fedflex.results import CHECKPOINT_FILE, default_out_dir
+from fedflex.results import CHECKPOINT_FILE, SUMMARY_FILE, default_out_dir
 from fedflex.rundir import RunDirError, RunDirLock
 
 EXIT_FAILED = 1
@@ -233,7 +233,7 @@ def _finished(out: Path) -> int:
     from fedflex import interrupts
 
     try:
-        summary = json.loads((out / "summary.json").read_text())
+        summary = json.loads((out / SUMMARY_FILE).read_text())
     except (OSError, ValueError):
         summary = {}
     status = summary.get("status")

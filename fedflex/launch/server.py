@@ -57,6 +57,7 @@ from fedflex.results import (  # noqa: F401 - the checkpoint pair, also importab
     LEGACY_CHECKPOINT_FILE,
     MODEL_FILE,
     SUMMARY_FILE,
+    TRACE_FILE,
     CheckpointError,
     RunRecorder,
     default_out_dir,
@@ -108,9 +109,6 @@ def initial_model(cfg: ScenarioConfig, input_shape: tuple[int, ...], num_classes
     """The round-0 global model, seeded by the scenario."""
     torch.manual_seed(cfg.seed)
     return build_model(cfg.model, input_shape, num_classes)
-
-
-TRACE_FILE = "trace.csv"
 
 
 def _with_trace_copy(cfg: ScenarioConfig, out_dir: Path) -> ScenarioConfig:

@@ -35,6 +35,7 @@ from fedflex.launch.deploy.processes import (
     wait_until,
 )
 from fedflex.node_keys import KeyBindingError, write_binding
+from fedflex.results import SUMMARY_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -513,7 +514,7 @@ class LocalFederation:
         status, details = "running", ""
         next_check = t0 + 30.0
         quick_checks = 0  # status checks since the log stream ended / results appeared
-        summary = (Path(out) / "summary.json") if out else None
+        summary = (Path(out) / SUMMARY_FILE) if out else None
         try:
             while True:
                 now = time.monotonic()
