@@ -25,9 +25,10 @@ logger = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------- old spellings
-def _deprecated(old: str, new: tuple[str, ...]) -> str:
+def _deprecated(old: str, new: tuple[str, ...], warn: bool = True) -> str:
     message = f"{old} is deprecated (read for one more release): write {' and '.join(new)}"
-    logger.warning(message)
+    if warn:
+        logger.warning(message)
     return message
 
 
@@ -35,9 +36,12 @@ def _is_section(value: Any) -> bool:
     return isinstance(value, (Mapping, DictConfig))
 
 
-def alias_mapping(data: Mapping[str, Any]) -> dict[str, Any]:
+def alias_mapping(data: Mapping[str, Any], warn: bool = True) -> dict[str, Any]:
     """``data`` (a scenario's nested mapping) with every old key of
-    :data:`~fedflex.options.ALIASES` moved to its new place (a warning each).
+    :data:`~fedflex.options.ALIASES` moved to its new place (a warning each, unless
+    ``warn`` is False: e.g. reading the saved ``config.yaml`` of an earlier run).
+    An old key that names several new ones (``strategy.sampler.ward``) sets those of the
+    part the mapping names, when it names one.
 
     Raises
     ------
@@ -55,8 +59,8 @@ def alias_mapping(data: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(node, dict) or leaf not in node or _is_section(node[leaf]):
             continue
         value = node.pop(leaf)
-        _deprecated(old, new)
-        for target in new:
+        _deprecated(old, new, warn)
+        for target in _targets(new, node.get("name")):
             *tparents, tleaf = target.split(".")
             tnode = out
             for key in tparents:
@@ -65,6 +69,31 @@ def alias_mapping(data: Mapping[str, Any]) -> dict[str, Any]:
                 raise ConfigError(old, value, f"given again as {target} = {tnode[tleaf]!r}: keep only {target}")
             tnode[tleaf] = value
     return out
+
+
+def _targets(new: tuple[str, ...], name: Any) -> tuple[str, ...]:
+    """Of several new keys, those whose section the part named ``name`` reads (all when
+    none or no name)."""
+    if len(new) == 1 or not isinstance(name, str):
+        return new
+    read = []
+    for target in new:
+        _, part, section, _ = target.split(".")
+        options = getattr(_default_part(part), section, None)
+        if options is not None and name in type(options).PARTS:
+            read.append(target)
+    return tuple(read) or new
+
+
+def _default_part(part: str) -> Any:
+    from fedflex import config
+
+    return {
+        "sampler": config.SamplerConfig,
+        "aggregator": config.AggregatorConfig,
+        "initializer": config.InitializerConfig,
+        "local_rule": config.LocalRuleConfig,
+    }[part]()
 
 
 def _plain(data: Any) -> Any:

@@ -33,6 +33,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
+from fedflex.loader import alias_mapping
 from fedflex.results import read_metrics, rounds_to_accuracy, smoothed_rounds_to_accuracy, summarize
 from fedflex.study import reference as ref
 from fedflex.study.runs import StudyError, flatten, is_execution_key, is_run_dir, read_summary, run_state
@@ -114,7 +115,8 @@ def load_run(path: Path) -> Run:
         raise StudyError(f"{path}/metrics.jsonl cannot be read ({exc})") from None
     rows = [r for r in rows if r.get("phase", "train") == "train"]
     point, order = sweep_point(Path(path))
-    flat = flatten(config if isinstance(config, dict) else {})
+    # a run of the first release saved the flat option keys: read them in the new places
+    flat = flatten(alias_mapping(config, warn=False) if isinstance(config, dict) else {})
     return Run(Path(path), flat, rows, read_summary(path), run_state(path), point, order)
 
 

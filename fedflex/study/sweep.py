@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence, TextIO
 
 from fedflex.config import ConfigError
-from fedflex.loader import _read_yaml, load_scenario, to_yaml
+from fedflex.loader import _read_yaml, alias_mapping, load_scenario, to_yaml
 from fedflex.study.reference import label_parts, merge_references, parse_reference
 from fedflex.study.runs import (
     FINISHED,
@@ -368,7 +368,8 @@ def read_config(run_dir: Path) -> dict[str, Any]:
         data = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
         return {}
-    return flatten(data) if isinstance(data, dict) else {}
+    # a run of the first release saved the flat option keys: read them in the new places
+    return flatten(alias_mapping(data, warn=False)) if isinstance(data, dict) else {}
 
 
 def config_difference(planned: dict[str, Any], saved: dict[str, Any]) -> Optional[str]:

@@ -107,3 +107,26 @@ def test_options_classes_are_method_options():
 def test_aware_max_age_has_its_old_spelling_too():
     cfg = load_scenario(None, ["strategy.aggregator.name=fedaware", "strategy.aggregator.aware_max_age=10"])
     assert cfg.strategy.aggregator.aware.max_age == 10
+
+
+def test_an_old_key_naming_two_sections_takes_the_chosen_parts():
+    from fedflex.loader import alias_mapping
+
+    out = alias_mapping({"strategy": {"sampler": {"name": "clustered", "ward": "scalable"}}}, warn=False)
+    assert out == {"strategy": {"sampler": {"name": "clustered", "clustered": {"ward": "scalable"}}}}
+
+
+def test_a_saved_config_of_the_first_release_reads_as_the_new_one():
+    # what sweep and compare do with the config.yaml of an earlier run
+    from fedflex.loader import alias_mapping
+
+    old = {"strategy": {"aggregator": {"name": "fedavg", "aware": False, "aware_momentum": 0.5, "trim_beta": 0.2}}}
+    assert alias_mapping(old, warn=False) == {
+        "strategy": {
+            "aggregator": {
+                "name": "fedavg",
+                "aware": {"enabled": False, "momentum": 0.5},
+                "trimmed_mean": {"beta": 0.2},
+            }
+        }
+    }
