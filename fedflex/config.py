@@ -1082,15 +1082,6 @@ class ScenarioConfig:
                     raise ConfigError(
                         f"churn.sessions[{s}]", list(ids), f"client ids must lie in 0..{self.num_clients - 1}"
                     )
-        if self.client.lr_schedule != "constant" and (
-            self.strategy.aggregator.name == "bherd" or self.strategy.local_rule.name == "fedcm"
-        ):
-            part = "aggregator bherd" if self.strategy.aggregator.name == "bherd" else "local rule fedcm"
-            raise ConfigError(
-                "client.lr_schedule",
-                self.client.lr_schedule,
-                f"{part} steps on the server with the fixed client.lr; use lr_schedule=constant",
-            )
         if self.partition.scheme == "mixed-dirichlet" and self.num_clients % len(self.partition.alphas):
             raise ConfigError(
                 "num_clients",

@@ -185,12 +185,26 @@ def test_schedule_combinations_that_cannot_work():
         load_scenario(None, ["client.lr=0.1", "client.lr_schedule=round", "client.lr_min=0.5"])
     with pytest.raises(ConfigError, match="lr_shape=poly needs lr_horizon >= 1"):
         load_scenario(None, ["client.lr_schedule=session", "client.lr_shape=poly"])
-    with pytest.raises(ConfigError, match="local rule fedcm steps on the server with the fixed client.lr"):
-        load_scenario(None, ["client.lr_schedule=round", "strategy.local_rule.name=fedcm"])
-    with pytest.raises(ConfigError, match="aggregator bherd steps on the server"):
-        load_scenario(
-            None, ["client.lr_schedule=round", "strategy.aggregator.name=bherd", "strategy.local_rule.name=bherd"]
-        )
+
+
+def test_server_steps_that_need_the_lr_take_the_rounds_from_the_strategys_facts():
+    # BHerd's and FedCM's server steps and HiCS-FL's per-step estimate read the lr the
+    # clients train with this round (RoundFacts), so a schedule is no longer refused
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from fedflex.strategies.bherd import BHerdAggregator
+    from fedflex.strategies.parts import RoundFacts
+
+    load_scenario(None, ["client.lr_schedule=round", "strategy.local_rule.name=fedcm"])
+    load_scenario(
+        None, ["client.lr_schedule=round", "strategy.aggregator.name=bherd", "strategy.local_rule.name=bherd"]
+    )
+    part = BHerdAggregator(lr=0.1, alpha=0.5)
+    assert part.round_lr(part.lr) == 0.1  # no strategy: its own
+    part.bind(SimpleNamespace(facts=RoundFacts(round=3, online=np.arange(2), lr=0.025)))
+    assert part.round_lr(part.lr) == 0.025
 
 
 def test_schedule_options_the_schedule_ignores_are_warned_about():
