@@ -205,8 +205,8 @@ def test_a_simulation_with_fewer_supernodes_than_clients_stops_at_once_naming_th
 
 def test_the_flwr_run_lock_is_taken_once_held_for_the_block_and_released(tmp_path, monkeypatch):
     # Prepare: no waiting for the holder (this very block) to let go
+    from fedflex.launch import server as server_app
     from fedflex.launch.server import _locked
-    from fedflex.strategies import server_app
 
     monkeypatch.setattr(server_app, "FLWR_RUN_LOCK_WAIT", 0.0)
 
