@@ -254,7 +254,7 @@ def _document(cls: type, defaults: dict[str, Any]) -> None:
     if defaults:
         lines = [
             "",
-            "    Method options (defaults from fedflex.config; see :class:`FlowerStrategy` for the rest)",
+            "    Method options (defaults from fedflex.options and fedflex.config; see :class:`FlowerStrategy`)",
             "    " + "-" * 30,
         ]
         for option, value in defaults.items():
