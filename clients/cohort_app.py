@@ -89,8 +89,9 @@ class CohortTrainer:
 
     # ------------------------------------------------------------------ entry point
     def __call__(self, pairs: Sequence[tuple[Message, Context]], deliver: Deliver) -> list[Message]:
-        """Replies to ``pairs``, in order; ``deliver(msg, context)`` answers one message
-        the ordinary way (with the caller's error handling)."""
+        """Return replies to ``pairs``, in order; ``deliver(msg, context)`` answers one message
+        the ordinary way (with the caller's error handling).
+        """
         groups: dict[int, list[int]] = {}
         for i, (msg, _) in enumerate(pairs):
             key = id(msg.content) if msg.metadata.message_type == MessageType.TRAIN else -1 - i
@@ -143,7 +144,8 @@ class CohortTrainer:
 
     def _chunk(self, task: Task, settings: TrainSettings, k: int) -> int:
         """``cohort_size``, or what fits the device, measured once per task and settings
-        (a forward pass with hooks; free memory as the first round found it)."""
+        (a forward pass with hooks; free memory as the first round found it).
+        """
         if self.cohort_size:
             return self.cohort_size
         key = (id(task), settings.batch_size, settings.optimizer)
@@ -156,7 +158,8 @@ class CohortTrainer:
         """``on``: yes. ``auto``: predict this round both ways from step costs timed once
         per (task, rule, cohort size): one by one costs the sum of the clients' steps; a
         cohort's step costs ``c(m)`` for the ``m`` clients still training (linear between
-        the timed 1 and ``size`` clients)."""
+        the timed 1 and ``size`` clients).
+        """
         if self.vectorize == "on":
             return True
         size = min(len(group), chunk)
@@ -205,7 +208,8 @@ class CohortTrainer:
         """Seconds per step: one client one by one (mean over at most CALIBRATION_CLIENTS),
         and batched for 1 and ``len(group)`` clients (on copies: no model, state or random
         stream of the run is touched). A cohort's step cost grows faster than linearly in
-        its size on a CPU, so it is timed at the full size, not extrapolated."""
+        its size on a CPU, so it is timed at the full size, not extrapolated.
+        """
         warm = dataclasses.replace(settings, steps=1, epochs=1)
         probe = dataclasses.replace(settings, steps=CALIBRATION_STEPS, epochs=1)
         indices = [task.client_indices(partition_id(ctx)) for _, ctx in group]
@@ -236,8 +240,9 @@ class CohortTrainer:
 
     # ------------------------------------------------------------------ the cohort
     def _batched(self, group: Sequence[tuple[Message, Context]], deliver: Deliver) -> Optional[list[Message]]:
-        """Replies for one group of train messages with the same content, or None when
-        the group should run one by one."""
+        """Return replies for one group of train messages with the same content, or None when
+        the group should run one by one.
+        """
         first, ctx0 = group[0]
         found = self._can_batch(first, ctx0)
         if found is None:
@@ -286,7 +291,7 @@ class CohortTrainer:
 
 
 def _error_reply(msg: Message, exc: Exception) -> Message:
-    """What Flower makes of a ClientApp that raised (logged at DEBUG)."""
+    """Return what Flower makes of a ClientApp that raised (logged at DEBUG)."""
     logger.debug("cohort member failed", exc_info=True)
     return error_reply(msg, exc)
 
@@ -304,7 +309,8 @@ def train_packed(msg: Message, context: Context) -> Message:
     """Answer a cohort message of :class:`fedflex.launch.cohort_grid.CohortGrid`: train every
     client it names (their node states travel in the message) and pack their replies
     and states into one reply (``<client>|<record>``, ``state|<client>|<record>``, or a
-    ``<client>|cohort-error`` config record for a client whose training failed)."""
+    ``<client>|cohort-error`` config record for a client whose training failed).
+    """
     config = msg.content[keys.CONFIG]
     clients = [int(c) for c in json.loads(str(config[keys.COHORT_CLIENTS]))]
     setting = (str(config[keys.COHORT_VECTORIZE]), int(config[keys.COHORT_SIZE]))

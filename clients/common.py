@@ -24,6 +24,8 @@ from fedflex.data import ArrayDataset
 
 @dataclass
 class RuleInput:
+    """What a local rule is given: the model holding the global weights, the data, the settings and the options."""
+
     model: nn.Module  # holds the global weights on ``device``
     data: ArrayDataset  # None for a user's own loop (clients.helpers): only start / finish run there
     indices: torch.Tensor
@@ -39,6 +41,8 @@ class RuleInput:
 
 @dataclass
 class RuleOutput:
+    """What a local rule returns: the training result, its further array records and metrics."""
+
     result: TrainResult
     extras: dict[str, "OrderedDict[str, torch.Tensor]"] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -51,7 +55,8 @@ Params = "OrderedDict[str, torch.Tensor]"
 @dataclass
 class RuleStart:
     """What a rule computed before training: the terms each step adds (``terms``) and
-    anything its :attr:`RuleSteps.finish` needs (``context``)."""
+    anything its :attr:`RuleSteps.finish` needs (``context``).
+    """
 
     terms: StepTerms = field(default_factory=StepTerms)
     context: Any = None
@@ -73,7 +78,7 @@ class RuleSteps:
     finish: Callable[["RuleInput", RuleStart, Params, Params, TrainResult], "RuleOutput"]
 
     def run(self, inp: "RuleInput") -> "RuleOutput":
-        """The rule, one client at a time, training ``inp.model`` in place."""
+        """Return the rule, one client at a time, training ``inp.model`` in place."""
         params = OrderedDict(inp.model.named_parameters())
         x = OrderedDict((k, p.detach().clone()) for k, p in params.items())
         begun = self.start(inp, x)

@@ -167,6 +167,7 @@ class DatasetConfig:
     NUM_SPECIAL_TOKENS: ClassVar[int] = 2
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, DATASETS)
         _choice(path, "label_map", self.label_map, LABEL_MAPS)
         _num(path, "alpha", self.alpha, ge=0)
@@ -248,6 +249,7 @@ class PartitionConfig:
     labels: str = "mapped"
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "scheme", self.scheme, PARTITIONS)
         _choice(path, "labels", self.labels, ("mapped", "source"))
         if self.scheme == "label-groups" and not any(self.label_groups):
@@ -299,7 +301,8 @@ class ModelConfig:
     ``text_hidden`` is the LSTM width per direction (``text-lstm``, ``rnn_layers``
     layers, ``bidirectional``) or the filters per kernel size (``text-cnn``).
     ``vocab_size``: rows of the embedding table; left unset it is
-    ``dataset.vocab_size + 2`` (padding and unknown ids), the only value that fits."""
+    ``dataset.vocab_size + 2`` (padding and unknown ids), the only value that fits.
+    """
 
     name: str = "logreg"
     norm: str = "batch"  # resnet18 only: batch | group
@@ -313,6 +316,7 @@ class ModelConfig:
     vocab_size: Optional[int] = None
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, MODELS)
         _choice(path, "loss", self.loss, LOSSES)
         if self.name == "svm" and self.loss != "squared-hinge":
@@ -339,7 +343,8 @@ class _PartOptions:
     """Options of one part type, some read only by some of its parts: ``USED_BY`` maps
     an option to the part names that read it (options not listed are read by all).
     :meth:`unused` lists the options set away from their default that the chosen part
-    ignores; :func:`load_scenario` warns about each."""
+    ignores; :func:`load_scenario` warns about each.
+    """
 
     USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {}
 
@@ -349,7 +354,8 @@ class _PartOptions:
 
     def unused(self) -> list[tuple[str, Any, tuple[str, ...]]]:
         """``(option, value, the parts that read it)`` for every option set away from its
-        default that the chosen part ignores."""
+        default that the chosen part ignores.
+        """
         default = type(self)()
         return [
             (option, getattr(self, option), owners)
@@ -358,7 +364,7 @@ class _PartOptions:
         ]
 
     def sent(self) -> list[str]:
-        """The fields the chosen part reads (what a train message needs to carry)."""
+        """Return the fields the chosen part reads (what a train message needs to carry)."""
         return [f.name for f in dataclasses.fields(self) if self._reads(f.name)]
 
 
@@ -441,6 +447,7 @@ class ClientConfig:
     batch_size_range: Optional[list[int]] = None
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _num(path, "epochs", self.epochs, ge=1)
         _num(path, "steps", self.steps, ge=1, optional=True)
         _num(path, "batch_size", self.batch_size, ge=1)
@@ -474,13 +481,14 @@ class ClientConfig:
             )
 
     def training_fields(self) -> list[str]:
-        """The fields a train message carries (all but ``WORKER`` and ``SCHEDULE``)."""
+        """Return the fields a train message carries (all but ``WORKER`` and ``SCHEDULE``)."""
         return [f.name for f in dataclasses.fields(self) if f.name not in self.WORKER + self.SCHEDULE]
 
     def unused(self) -> list[tuple[str, Any, str, tuple[str, ...]]]:
         """``(option, value, the option that decides, the values of it that read the
         option)`` for every schedule option set away from its default that the chosen
-        schedule ignores (e.g. ``lr_decay`` with ``lr_schedule`` constant)."""
+        schedule ignores (e.g. ``lr_decay`` with ``lr_schedule`` constant).
+        """
         default = type(self)()
         deciders = {option: (decider, readers) for option, decider, readers in self.SCHEDULE_USED_BY}
         out = []
@@ -499,8 +507,9 @@ class ClientConfig:
         return out
 
     def lr_at(self, server_round: int, session_start: int) -> float:
-        """The client learning rate of ``server_round`` (1-based) when the current
-        session started in round ``session_start`` (see the class docstring)."""
+        """Return the client learning rate of ``server_round`` (1-based) when the current
+        session started in round ``session_start`` (see the class docstring).
+        """
         if self.lr_schedule == "constant":
             return float(self.lr)
         t = server_round - 1 if self.lr_schedule == "round" else server_round - session_start
@@ -617,6 +626,7 @@ class SamplerConfig(_PartOptions):
     }
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, SAMPLERS)
         _num(path, "clients_per_round", self.clients_per_round, ge=1)
         _num(path, "min_clients", self.min_clients, ge=1)
@@ -739,6 +749,7 @@ class AggregatorConfig(_PartOptions):
         return super()._reads(option) or (option.startswith("aware_") and self.aware)
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, AGGREGATORS)
         _num(path, "server_lr", self.server_lr, gt=0)
         _num(path, "server_momentum", self.server_momentum, ge=0, lt=1)
@@ -787,6 +798,7 @@ class InitializerConfig(_PartOptions):
     }
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, INITIALIZERS)
         _num(path, "pilot_sessions", self.pilot_sessions, ge=1)
         _num(path, "gradient_rounds", self.gradient_rounds, ge=1)
@@ -841,6 +853,7 @@ class LocalRuleConfig(_PartOptions):
     }
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, LOCAL_RULES)
         _num(path, "mu", self.mu, ge=0)
         _num(path, "bherd_alpha", self.bherd_alpha, gt=0, le=1)
@@ -868,12 +881,15 @@ class ReplyConfig:
     max_reply_mb: Optional[float] = None
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _num(path, "max_num_examples", self.max_num_examples, ge=1, optional=True)
         _num(path, "max_reply_mb", self.max_reply_mb, gt=0, optional=True)
 
 
 @dataclass
 class StrategyConfig:
+    """The ``strategy`` section: one sub-section per part (sampler, aggregator, initializer, local rule)."""
+
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     aggregator: AggregatorConfig = field(default_factory=AggregatorConfig)
     initializer: InitializerConfig = field(default_factory=InitializerConfig)
@@ -881,6 +897,7 @@ class StrategyConfig:
     replies: ReplyConfig = field(default_factory=ReplyConfig)
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         for f in dataclasses.fields(self):
             getattr(self, f.name).validate(_join(path, f.name))
 
@@ -930,6 +947,7 @@ class ChurnConfig:
     on_too_few: str = "skip"
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "kind", self.kind, CHURN_KINDS)
         if self.kind == "sessions" and not self.sessions:
             raise ConfigError(_join(path, "sessions"), [], "kind=sessions needs a list of client-id lists")
@@ -989,6 +1007,7 @@ class EvaluationConfig:
     stop_on_divergence: bool = True
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _num(path, "every", self.every, ge=1)
         _num(path, "stop_at_accuracy", self.stop_at_accuracy, ge=0, le=1)
         _num(path, "stop_smoothing", self.stop_smoothing, ge=0)
@@ -1043,6 +1062,7 @@ class SimulationConfig:
     ray_address: Optional[str] = None
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "backend", self.backend, ("ray", "local"))
         # YAML 1.1 reads a bare on / off as a boolean, which OmegaConf then writes as a string
         self.vectorize = {"True": "on", "true": "on", "False": "off", "false": "off"}.get(
@@ -1079,6 +1099,7 @@ class DeploymentConfig:
     query_timeout: float = 60.0
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _num(path, "round_timeout", self.round_timeout, gt=0, optional=True)
         _num(path, "wait_for_nodes", self.wait_for_nodes, ge=0)
         _num(path, "wait_timeout", self.wait_timeout, ge=0)
@@ -1119,6 +1140,7 @@ class OutputConfig:
     trackers: list[str] = field(default_factory=list)
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         if self.progress in ("False", "false"):  # YAML reads a bare `off` as false
             self.progress = "off"
         _choice(path, "progress", self.progress, ("auto", "bar", "lines", "off"))
@@ -1167,8 +1189,9 @@ class ScenarioConfig:
         self.validate()
 
     def _check_text_model(self) -> None:
-        """A text model reads token ids of an ``hf`` dataset; its embedding table has one row
-        per id the tokenizer can emit (filled in when unset); LSTMs cannot be batched."""
+        """Check that a text model reads token ids of an ``hf`` dataset; its embedding table has one row
+        per id the tokenizer can emit (filled in when unset); LSTMs cannot be batched.
+        """
         if self.model.name not in TEXT_MODELS:
             return
         if self.dataset.name != "hf":
@@ -1195,6 +1218,7 @@ class ScenarioConfig:
             )
 
     def validate(self, path: str = "") -> None:
+        """Check every section and the cross-section rules; raise :class:`ConfigError` naming the key."""
         _num(path, "seed", self.seed, ge=0)
         _num(path, "num_clients", self.num_clients, ge=1)
         _num(path, "rounds", self.rounds, ge=1)
@@ -1344,7 +1368,8 @@ def load_scenario(
 
 def warn_unused(cfg: ScenarioConfig) -> list[str]:
     """Warn (and return the warnings) for every part option set away from its default
-    that the chosen part does not read, e.g. ``strategy.local_rule.mu`` with rule sgd."""
+    that the chosen part does not read, e.g. ``strategy.local_rule.mu`` with rule sgd.
+    """
     said = []
     for part in ("sampler", "aggregator", "initializer", "local_rule"):
         options = getattr(cfg.strategy, part)
@@ -1368,8 +1393,9 @@ class _DuplicateKey(Exception):
 
 
 def _unique_key_loader():
-    """A yaml SafeLoader class that refuses a key given twice in one mapping (built on
-    first use: yaml is imported only when a scenario file is read)."""
+    """Return a yaml SafeLoader class that refuses a key given twice in one mapping (built on
+    first use: yaml is imported only when a scenario file is read).
+    """
     import yaml
 
     class Loader(yaml.SafeLoader):
@@ -1392,8 +1418,9 @@ def _unique_key_loader():
 
 
 def _read_yaml(p: Path) -> dict:
-    """A scenario file's mapping; syntax errors name the line and column, a key given
-    twice names both lines, a top level that is not a mapping is refused."""
+    """Return a scenario file's mapping; syntax errors name the line and column, a key given
+    twice names both lines, a top level that is not a mapping is refused.
+    """
     import yaml
 
     try:
@@ -1422,7 +1449,7 @@ def _read_yaml(p: Path) -> dict:
 
 
 def _culprit(schema, file_layers: list, overrides: list[str]) -> Optional[ConfigError]:
-    """The first override that fails on its own, as a ConfigError naming its key."""
+    """Return the first override that fails on its own, as a ConfigError naming its key."""
     for item in overrides:
         key, _, value = item.partition("=")
         try:
@@ -1466,10 +1493,10 @@ def _known_keys(parent: str) -> list[str]:
 
 
 def to_yaml(cfg: ScenarioConfig) -> str:
-    """The fully resolved scenario as YAML (what ``config.yaml`` holds)."""
+    """Return the fully resolved scenario as YAML (what ``config.yaml`` holds)."""
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
 def to_dict(cfg: Any) -> dict:
-    """A plain dict of a (sub-)config, for JSON and for messages."""
+    """Return a plain dict of a (sub-)config, for JSON and for messages."""
     return dataclasses.asdict(cfg)

@@ -74,7 +74,7 @@ Rows = Union[np.ndarray, slice]
 
 # ============================================================================ kernels
 def two_point(v1v1: float, v1v2: float, v2v2: float) -> float:
-    """The weight c of v1 in min_c ||c v1 + (1 - c) v2||^2, by the spec's two-point rule.
+    """Return the weight c of v1 in min_c ||c v1 + (1 - c) v2||^2, by the spec's two-point rule.
 
     Parameters
     ----------
@@ -98,7 +98,8 @@ def two_point(v1v1: float, v1v2: float, v2v2: float) -> float:
 
 def _scaled_gram(gram: np.ndarray, scale: Optional[np.ndarray]) -> Callable[[int], np.ndarray]:
     """Column t of S G S (S = diag(scale)), without forming S G S (read as row t: G is
-    symmetric, and a row is contiguous)."""
+    symmetric, and a row is contiguous).
+    """
     if scale is None:
         return lambda t: gram[t]
     return lambda t: scale * gram[t] * scale[t]
@@ -107,7 +108,7 @@ def _scaled_gram(gram: np.ndarray, scale: Optional[np.ndarray]) -> Callable[[int
 def best_pair(
     gram: np.ndarray, scale: Optional[np.ndarray] = None, block_elems: int = 4_000_000
 ) -> tuple[int, int, float, float]:
-    """The pair (i < j) whose best two-point combination has the smallest norm.
+    """Return the pair (i < j) whose best two-point combination has the smallest norm.
 
     Parameters
     ----------
@@ -160,7 +161,8 @@ def best_pair(
 class MinNormResult:
     """A min-norm solve's answer: the weights, ||sum_i w_i v_i||^2, the iterations run,
     and the Frank-Wolfe duality gap lambda.M.lambda - min_i (M lambda)_i at the answer
-    (>= 0; ``value`` exceeds the optimum by at most twice the gap)."""
+    (>= 0; ``value`` exceeds the optimum by at most twice the gap).
+    """
 
     weights: np.ndarray
     value: float
@@ -169,14 +171,15 @@ class MinNormResult:
 
     @property
     def relative_gap(self) -> float:
-        """gap / value (0 when the value is 0): what ``aware_gap`` reports."""
+        """Return gap / value (0 when the value is 0): what ``aware_gap`` reports."""
         return self.gap / self.value if self.value > 0 else 0.0
 
 
 def _start(gram: np.ndarray, scale: Optional[np.ndarray]):
     """Both solvers' start: the checked Gram matrix's column accessor, its (scaled)
     diagonal, lambda at the best pair (:func:`best_pair`) and M lambda; or the answer
-    itself for one vector."""
+    itself for one vector.
+    """
     gram = np.asarray(gram)
     if gram.ndim != 2 or gram.shape[0] != gram.shape[1] or gram.shape[0] == 0:
         raise ValueError(f"gram must be a non-empty square matrix, got shape {gram.shape}")
@@ -356,7 +359,8 @@ class MomentumStore:
 
     def get(self, rows: Rows, dtype: Any = np.float64) -> np.ndarray:
         """Rows as ``dtype`` (float64 or float32), [len(rows), d]. A float32 slice of a
-        float32 store is a read-only view (no copy)."""
+        float32 store is a read-only view (no copy).
+        """
         if self.dtype == "bfloat16":
             import torch
 
@@ -664,6 +668,7 @@ class AwareCore:
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         state: dict[str, Any] = {
             "has": self.has.copy(),
             "warm": self.warm,
@@ -678,6 +683,7 @@ class AwareCore:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.has = np.asarray(state["has"], dtype=bool).copy()
         self.warm = bool(state["warm"])
         if "momenta" in state:
@@ -689,6 +695,7 @@ class AwareCore:
             self.gram = np.asarray(state["gram"], dtype=np.float64).copy()
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return (
             f"momentum={self.momentum}, normalize={self.normalize}, warmup={self.warmup}, "
             f"memory={self.memory}{f'({self.layers})' if self.memory == 'last-layers' else ''}, "
@@ -697,7 +704,7 @@ class AwareCore:
 
 
 def _online(ctx: Any, server_round: int) -> Optional[np.ndarray]:
-    """The clients online this round, when the strategy tells (FedFlex's round record)."""
+    """Return the clients online this round, when the strategy tells (FedFlex's round record)."""
     record = getattr(ctx, "record", None)
     online = getattr(record, "online", None)
     if record is None or getattr(record, "round", None) != server_round or not online:
@@ -706,7 +713,7 @@ def _online(ctx: Any, server_round: int) -> Optional[np.ndarray]:
 
 
 def _step(global_arrays: Arrays, direction: np.ndarray, factor: float, updates: list[ClientUpdate]) -> Arrays:
-    """x + factor * direction over the float entries (dtype kept); others from the first reply."""
+    """Return x + factor * direction over the float entries (dtype kept); others from the first reply."""
     out: Arrays = OrderedDict()
     offset = 0
     for key, x in global_arrays.items():
@@ -746,6 +753,7 @@ class FedAwareAggregator(Aggregator):
         self._zero_logged = False
 
     def aggregate(self, server_round: int, global_arrays: Arrays, updates: list[ClientUpdate]) -> Arrays:
+        """Return the next global model from the global model and the round's replies."""
         d = self.core.direction(global_arrays, updates, _online(self.ctx, server_round))
         self._metrics = dict(self.core.metrics)
         if d is None:
@@ -768,19 +776,24 @@ class FedAwareAggregator(Aggregator):
         return new
 
     def round_metrics(self) -> dict[str, Any]:
+        """Return this round's figures for the round's row of metrics.jsonl."""
         return dict(self._metrics)
 
     def on_model_switch(self, server_round: int) -> None:
+        """React to the initializer replacing the global model (state is reset when configured)."""
         if self.core.reset_on_switch:
             self.core.reset()
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {"core": self.core.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.core.load_state_dict(state["core"])
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return (
             f"fedaware({self.core.summary()}, rescale={self.rescale}, server_lr={self.server_lr}, "
             f"weighted={self.weighted})"
@@ -804,6 +817,7 @@ class AwarePlugin(PartWrapper, Aggregator):
         self._metrics: dict[str, Any] = {}
 
     def aggregate(self, server_round: int, global_arrays: Arrays, updates: list[ClientUpdate]) -> Arrays:
+        """Return the next global model from the global model and the round's replies."""
         d = self.core.direction(global_arrays, updates, _online(self.ctx, server_round))
         base_new = self.base.aggregate(server_round, global_arrays, updates)
         self._metrics = dict(self.base.round_metrics())
@@ -823,21 +837,26 @@ class AwarePlugin(PartWrapper, Aggregator):
         return new
 
     def round_metrics(self) -> dict[str, Any]:
+        """Return this round's figures for the round's row of metrics.jsonl."""
         return dict(self._metrics)  # the base's figures (taken in aggregate) and AWARE's
 
     def on_model_switch(self, server_round: int) -> None:
+        """React to the initializer replacing the global model (state is reset when configured)."""
         super().on_model_switch(server_round)
         if self.core.reset_on_switch:
             self.core.reset()
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {"base": self.base.state_dict(), "core": self.core.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.base.load_state_dict(state["base"])
         self.core.load_state_dict(state["core"])
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return f"{self.base.summary()} x aware({self.core.summary()})"
 
 
@@ -876,8 +895,9 @@ def wrap_aware(base: Aggregator, cfg: "ScenarioConfig") -> AwarePlugin:
 
 
 def with_aware(factory: Callable[["ScenarioConfig"], Aggregator]) -> Callable[["ScenarioConfig"], Aggregator]:
-    """A registry factory that wraps its aggregator in :class:`AwarePlugin` when the
-    scenario says ``strategy.aggregator.aware: true``."""
+    """Return a registry factory that wraps its aggregator in :class:`AwarePlugin` when the
+    scenario says ``strategy.aggregator.aware: true``.
+    """
 
     def make(cfg: "ScenarioConfig") -> Aggregator:
         base = factory(cfg)

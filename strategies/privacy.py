@@ -78,7 +78,7 @@ PLAIN = {"uniform", "fedavg", "previous", "rule", "sgd", "fedprox"}
 
 
 def calling_dp_wrapper(strategy: "FedFlex", depth: int = 2) -> Optional[Any]:
-    """The Flower DP wrapper whose method called ours (``depth`` frames up), or None.
+    """Return the Flower DP wrapper whose method called ours (``depth`` frames up), or None.
 
     The wrapped strategy is not told that it is wrapped; its caller is the wrapper's
     ``configure_train``, whose ``self`` holds it as ``strategy``.

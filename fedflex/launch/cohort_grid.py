@@ -88,26 +88,33 @@ class CohortGrid(Grid):
         return getattr(self.grid, name)
 
     def set_run(self, run) -> None:
+        """Set the run this grid's messages belong to (Flower's Grid interface)."""
         self.grid.set_run(run)
 
     @property
     def run(self):
+        """Return the run set by :meth:`set_run` (Flower's Grid interface)."""
         return self.grid.run
 
     def create_message(self, content, message_type, dst_node_id, group_id, ttl=None) -> Message:
+        """Create a message to ``dst_node_id`` (Flower's Grid interface)."""
         return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
 
     def get_node_ids(self) -> Iterable[int]:
+        """Return the ids of the connected nodes (Flower's Grid interface)."""
         return self.grid.get_node_ids()
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Send messages; return their ids (Flower's Grid interface)."""
         return self.grid.push_messages(messages)
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """Return the replies that arrived to ``message_ids`` (Flower's Grid interface)."""
         return self.grid.pull_messages(message_ids)
 
     # ------------------------------------------------------------------ cohorts
     def send_and_receive(self, messages: Iterable[Message], *, timeout: Optional[float] = None) -> Iterable[Message]:
+        """Send ``messages``, packing same-content train messages into cohorts where that pays; return the replies."""
         messages = list(messages)
         packable = (
             self.vectorize != "off"

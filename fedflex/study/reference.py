@@ -33,7 +33,7 @@ def label_parts(label: str) -> tuple[str, ...]:
 
 
 def parse_reference(value: Any, where: str) -> dict[str, Any]:
-    """A ``reference:`` mapping checked: ``{"source": str, "groups": {key: {column: value}}}``.
+    """Return a ``reference:`` mapping checked: ``{"source": str, "groups": {key: {column: value}}}``.
 
     Raises
     ------
@@ -62,7 +62,7 @@ def merge_references(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, A
 
 
 def read_reference(path: Path) -> dict[str, Any]:
-    """The ``reference:`` of a study file (its ``base:`` included) or of a YAML file that
+    """Return the ``reference:`` of a study file (its ``base:`` included) or of a YAML file that
     holds only ``reference:``.
 
     Raises
@@ -85,13 +85,14 @@ def read_reference(path: Path) -> dict[str, Any]:
 
 
 def columns(reference: dict[str, Any]) -> list[str]:
-    """The reference's column names, in the order they first appear."""
+    """Return the reference's column names, in the order they first appear."""
     return list(dict.fromkeys(c for cols in reference["groups"].values() for c in cols))
 
 
 def match(reference: dict[str, Any], parts: Iterable[str]) -> dict[str, Any]:
-    """The reference columns of a group with label ``parts``: every entry whose parts are
-    all among them, in file order."""
+    """Return the reference columns of a group with label ``parts``: every entry whose parts are
+    all among them, in file order.
+    """
     have = set(parts)
     out: dict[str, Any] = {}
     for key, cols in reference["groups"].items():
