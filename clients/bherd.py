@@ -335,7 +335,7 @@ def herd_reply(
 
 
 # ---------------------------------------------------------------------------- training loop
-def flat_gradient(params: Sequence[torch.nn.Parameter], weight_decay: float) -> torch.Tensor:
+def flat_gradient(params: Sequence[torch.Tensor], weight_decay: float) -> torch.Tensor:
     """Return the flattened gradient an SGD step uses: grad (+ weight_decay * p), float32."""
     parts = []
     for p in params:
@@ -356,6 +356,7 @@ def train_recording(
     flattened gradient (after ``correction`` is added, before the step) to
     ``on_gradient(step, grad)``. The trajectory is exactly local training's.
     """
+    assert inp.model is not None and inp.data is not None and inp.generator is not None  # None only in clients.helpers
     model, s = inp.model, inp.settings
     named = OrderedDict((k, p) for k, p in model.named_parameters() if p.requires_grad)
     params = list(named.values())
@@ -406,9 +407,12 @@ def bherd_rule(inp: RuleInput) -> RuleOutput:
     ``bherd_base`` (``scaffold`` runs SCAFFOLD's corrected steps and control variates).
     """
     _check_sgd(inp, "bherd")
+    assert inp.model is not None and inp.data is not None and inp.generator is not None  # None only in clients.helpers
     opts = inp.options
     alpha, dtype, max_rows, base = opts.bherd_alpha, DTYPES[opts.bherd_dtype], opts.bherd_max_stored, opts.bherd_base
-    named = OrderedDict((k, p) for k, p in inp.model.named_parameters() if p.requires_grad)
+    named: "OrderedDict[str, torch.Tensor]" = OrderedDict(
+        (k, p) for k, p in inp.model.named_parameters() if p.requires_grad
+    )
     variates = scaffold_variates(inp, named) if base == "scaffold" else None
     x = {k: p.detach().clone() for k, p in named.items()} if variates is not None else None
     batches = batch_order(len(inp.indices), inp.settings, inp.generator)
@@ -419,6 +423,7 @@ def bherd_rule(inp: RuleInput) -> RuleOutput:
     del store
     extras = {keys.HERD_G: g}
     if variates is not None:
+        assert x is not None
         extras[keys.SCAFFOLD_DC] = scaffold_finish(inp, variates, x, named, result.num_steps)
     return RuleOutput(result, extras=extras, metrics=metrics)
 
@@ -426,7 +431,10 @@ def bherd_rule(inp: RuleInput) -> RuleOutput:
 def grab_rule(inp: RuleInput) -> RuleOutput:
     """GraB-FedAvg's client: plain SGD steps, online balancing, upload g and alpha_i."""
     _check_sgd(inp, "grab")
-    named = OrderedDict((k, p) for k, p in inp.model.named_parameters() if p.requires_grad)
+    assert inp.model is not None and inp.data is not None and inp.generator is not None  # None only in clients.helpers
+    named: "OrderedDict[str, torch.Tensor]" = OrderedDict(
+        (k, p) for k, p in inp.model.named_parameters() if p.requires_grad
+    )
     batches = batch_order(len(inp.indices), inp.settings, inp.generator)
     dim = sum(p.numel() for p in named.values())
     balancer = GrabBalancer(len(batches), torch.zeros(dim, device=inp.device))

@@ -41,7 +41,7 @@ import logging
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
 import torch
 from torch import nn
@@ -217,7 +217,8 @@ def train_cohort(
     rows, weights = rows[pos], weights[pos]
     live = [sum(1 for k in order if counts[k] > s) for s in range(rows.shape[1])]  # clients at step s
     params, losses = _train_sorted(model, data, [clients[k] for k in order], rows, weights, live, settings, device)
-    results, trained = [None] * len(clients), [None] * len(clients)
+    results: list[Any] = [None] * len(clients)
+    trained: list[Any] = [None] * len(clients)
     for j, k in enumerate(order):
         n = counts[k]
         results[k] = TrainResult(
@@ -286,13 +287,13 @@ def _train_sorted(
                 if adam:
                     b1, b2 = ADAM_BETAS
                     t = s + 1  # steps are a prefix: every live client is at step s + 1
-                    m1, m2 = state1[n][:m], state2[n][:m]
+                    m1, m2 = cast(dict, state1)[n][:m], cast(dict, state2)[n][:m]
                     m1.mul_(b1).add_(g, alpha=1 - b1)
                     m2.mul_(b2).addcmul_(g, g, value=1 - b2)
                     denom = (m2.sqrt() / math.sqrt(1 - b2**t)).add_(ADAM_EPS)
                     p.sub_(m1 / denom * (lr / (1 - b1**t)))
                 elif momentum:
-                    buf = state1[n][:m]
+                    buf = cast(dict, state1)[n][:m]
                     buf.mul_(momentum).add_(g)
                     p.sub_(buf * lr)
                 else:

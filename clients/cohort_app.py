@@ -31,7 +31,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, cast
 
 import torch
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
@@ -81,7 +81,7 @@ class CohortTrainer:
             raise ValueError(f"cohort_size = {cohort_size}: must be >= 0 (0: fit the device)")
         self.vectorize = vectorize
         self.cohort_size = cohort_size
-        self._costs: dict[tuple, tuple[float, float]] = {}  # (task, rule, size bucket) -> step costs
+        self._costs: dict[tuple, tuple[float, float, float]] = {}  # (task, rule, size bucket) -> step costs
         self._choice: dict[tuple, bool] = {}  # the last choice per key (logged when it changes)
         self._said: set[str] = set()
         self._fits: dict[tuple, int] = {}  # (task, batch size, optimiser) -> clients that fit the device
@@ -276,7 +276,10 @@ class CohortTrainer:
         state = task.model.state_dict()
         for lo in range(0, len(started), chunk):
             part = started[lo : lo + chunk]
-            clients = [CohortClient(inputs[i].indices.to(task.device), inputs[i].generator, st.terms) for i, st in part]
+            clients = [
+                CohortClient(inputs[i].indices.to(task.device), cast(torch.Generator, inputs[i].generator), st.terms)
+                for i, st in part
+            ]
             trained, results = train_cohort(task.model, task.train, clients, settings, task.device)
             for (i, st), y, result in zip(part, trained, results):
                 msg, ctx = group[i]
@@ -311,7 +314,7 @@ def train_packed(msg: Message, context: Context) -> Message:
     and states into one reply (``<client>|<record>``, ``state|<client>|<record>``, or a
     ``<client>|cohort-error`` config record for a client whose training failed).
     """
-    config = msg.content[keys.CONFIG]
+    config: Mapping[str, Any] = msg.content[keys.CONFIG]
     clients = [int(c) for c in json.loads(str(config[keys.COHORT_CLIENTS]))]
     setting = (str(config[keys.COHORT_VECTORIZE]), int(config[keys.COHORT_SIZE]))
     trainer = _TRAINERS.setdefault(setting, CohortTrainer(*setting))
@@ -335,7 +338,8 @@ def train_packed(msg: Message, context: Context) -> Message:
             state=states[c],
             run_config=context.run_config,
         )
-        pairs.append((Message(content=shared, metadata=copy.copy(msg.metadata)), ctx))
+        # flwr's Message overloads leave out the metadata keyword its constructor takes
+        pairs.append((Message(content=shared, metadata=copy.copy(msg.metadata)), ctx))  # type: ignore[call-overload]
 
     def deliver(m: Message, ctx: Context) -> Message:
         try:
@@ -347,7 +351,7 @@ def train_packed(msg: Message, context: Context) -> Message:
     for (_msg, ctx), reply in zip(pairs, trainer(pairs, deliver)):
         c = int(ctx.node_config[keys.NODE_PARTITION_ID])
         if reply.has_error():
-            packed[client_record(c, keys.COHORT_ERROR)] = ConfigRecord({"reason": reply.error.reason})
+            packed[client_record(c, keys.COHORT_ERROR)] = ConfigRecord({"reason": cast(str, reply.error.reason)})
             continue
         for name, record in reply.content.items():
             packed[client_record(c, name)] = record

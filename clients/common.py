@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeAlias, cast
 
 import torch
-from flwr.app import RecordDict
+from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
 from fedflex.clients.train import StepTerms, TrainResult, TrainSettings, local_train
@@ -26,11 +26,12 @@ from fedflex.data import ArrayDataset
 class RuleInput:
     """What a local rule is given: the model holding the global weights, the data, the settings and the options."""
 
-    model: nn.Module  # holds the global weights on ``device``
-    data: ArrayDataset  # None for a user's own loop (clients.helpers): only start / finish run there
+    # model, data and generator are None for a user's own loop (clients.helpers): only start / finish run there
+    model: Optional[nn.Module]  # holds the global weights on ``device``
+    data: Optional[ArrayDataset]
     indices: torch.Tensor
     settings: TrainSettings
-    generator: torch.Generator
+    generator: Optional[torch.Generator]
     device: torch.device
     payload: dict[str, "OrderedDict[str, torch.Tensor]"] = field(default_factory=dict)
     state: Optional[RecordDict] = None  # the node's persistent context state
@@ -49,7 +50,7 @@ class RuleOutput:
     arrays: Optional["OrderedDict[str, torch.Tensor]"] = None  # None: the model's state dict
 
 
-Params = "OrderedDict[str, torch.Tensor]"
+Params: TypeAlias = "OrderedDict[str, torch.Tensor]"
 
 
 @dataclass
@@ -79,6 +80,7 @@ class RuleSteps:
 
     def run(self, inp: "RuleInput") -> "RuleOutput":
         """Return the rule, one client at a time, training ``inp.model`` in place."""
+        assert inp.model is not None and inp.data is not None and inp.generator is not None  # a node's data
         params = OrderedDict(inp.model.named_parameters())
         x = OrderedDict((k, p.detach().clone()) for k, p in params.items())
         begun = self.start(inp, x)
@@ -92,7 +94,7 @@ class RuleSteps:
 def load_state(state: Optional[RecordDict], name: str, like: "OrderedDict[str, torch.Tensor]", device) -> dict:
     """Tensors stored in the node state under ``name``, or zeros shaped like ``like``."""
     if state is not None and name in state.array_records:
-        stored = state[name].to_torch_state_dict()
+        stored = cast(ArrayRecord, state[name]).to_torch_state_dict()
         if list(stored) == list(like) and all(stored[k].shape == like[k].shape for k in like):
             return {k: stored[k].to(device) for k in like}
     return {k: torch.zeros_like(p.detach()) for k, p in like.items()}

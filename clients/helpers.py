@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import OrderedDict
-from typing import Any, Callable, ClassVar, Mapping, Optional
+from typing import Any, Callable, ClassVar, Mapping, Optional, TypeVar, cast
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
@@ -71,7 +71,9 @@ def optimizer_settings(optimizer: torch.optim.Optimizer) -> TrainSettings:
         or dampening (fedflex's formulas for ||a||_1 assume heavy-ball momentum).
     """
     groups = optimizer.param_groups
-    settings = {(g.get("lr"), g.get("momentum", 0.0), g.get("weight_decay", 0.0)) for g in groups}
+    settings: set[tuple[Any, Any, Any]] = {
+        (g.get("lr"), g.get("momentum", 0.0), g.get("weight_decay", 0.0)) for g in groups
+    }
     if len(settings) > 1:
         raise ValueError("the optimizer's parameter groups differ in lr, momentum or weight decay: use one group")
     lr, momentum, weight_decay = settings.pop()
@@ -80,6 +82,9 @@ def optimizer_settings(optimizer: torch.optim.Optimizer) -> TrainSettings:
             raise ValueError("SGD with nesterov or dampening: fedflex's client halves take heavy-ball momentum only")
         return TrainSettings(optimizer="sgd", lr=float(lr), momentum=float(momentum), weight_decay=float(weight_decay))
     return TrainSettings(optimizer=type(optimizer).__name__.lower(), lr=float(lr), weight_decay=float(weight_decay))
+
+
+_Hook = TypeVar("_Hook", bound="OptimizerHook")
 
 
 class OptimizerHook:
@@ -101,7 +106,7 @@ class OptimizerHook:
         if self.accepts(optimizer):
             self.on_step(optimizer)
 
-    def __enter__(self) -> "OptimizerHook":
+    def __enter__(self: _Hook) -> _Hook:
         if self._handle is not None:
             raise RuntimeError(f"{type(self).__name__} is entered already")
         self._handle = register_optimizer_step_pre_hook(self._hook)
@@ -145,7 +150,7 @@ class ClientHalf(OptimizerHook):
     ) -> None:
         self.net, self.options = net, options
         self.payload, self.state = payload or {}, state
-        self.named = OrderedDict(net.named_parameters())
+        self.named: "OrderedDict[str, torch.Tensor]" = OrderedDict(net.named_parameters())
         self._ids = {id(p) for p in self.named.values()}
         self.start = OrderedDict((k, p.detach().clone()) for k, p in self.named.items())
         self.settings: Optional[TrainSettings] = None
@@ -276,7 +281,7 @@ class RuleStepsClient(ClientHalf):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._begun: Optional[RuleStart] = None
-        self._x: dict[str, torch.Tensor] = {}
+        self._x: "OrderedDict[str, torch.Tensor]" = OrderedDict()
 
     def _begin(self) -> RuleStart:
         if self._begun is None:  # at the first step, where the model lives on the training device
@@ -484,8 +489,8 @@ def fednova_mod(msg: Message, context: Context, call_next: Callable[[Message, Co
     if watch.settings is not None and watch.settings.optimizer != "sgd":
         stepped = watch.settings.optimizer
         raise ValueError(f"fednova_mod: FedNova needs torch.optim.SGD, the ClientApp stepped {stepped}")
-    x = msg.content[keys.ARRAYS].to_torch_state_dict()
-    y = reply.content[keys.ARRAYS].to_torch_state_dict()
+    x = cast(ArrayRecord, msg.content[keys.ARRAYS]).to_torch_state_dict()
+    y = cast(ArrayRecord, reply.content[keys.ARRAYS]).to_torch_state_dict()
     floats = OrderedDict((k, v) for k, v in y.items() if torch.is_floating_point(v))
     inp = RuleInput(
         model=None,

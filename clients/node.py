@@ -8,10 +8,10 @@ messages and build replies the same way.
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from typing import Any, Mapping, Optional, cast
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from fedflex import keys
 from fedflex.clients.rules import LOCAL_RULES, RuleInput, RuleOutput
@@ -46,21 +46,21 @@ def node_task(msg: Message, context: Context) -> Task:
     return task
 
 
-def settings_from_config(config: ConfigRecord, loss: str = "cross-entropy") -> TrainSettings:
+def settings_from_config(config: Mapping[str, Any], loss: str = "cross-entropy") -> TrainSettings:
     """Training settings from a train message's ConfigRecord (the scenario's
     :class:`~fedflex.config.ClientConfig` as the server wrote it) and the task's loss.
     """
     return TrainSettings.from_client(from_record(ClientConfig, config, keys.CLIENT), loss=loss)
 
 
-def rule_options(config: ConfigRecord) -> LocalRuleConfig:
+def rule_options(config: Mapping[str, Any]) -> LocalRuleConfig:
     """Return the local rule's options as its server half wrote them (defaults for the rest)."""
     return from_record(LocalRuleConfig, config, keys.LOCAL_RULE)
 
 
 def load_global(task: Task, msg: Message) -> None:
     """Load the message's global model into the task's model."""
-    state = msg.content[keys.ARRAYS].to_torch_state_dict()
+    state = cast(ArrayRecord, msg.content[keys.ARRAYS]).to_torch_state_dict()
     task.model.load_state_dict(state, strict=True)
 
 
@@ -77,7 +77,7 @@ def rule_input(msg: Message, context: Context, task: Task, payload: Optional[dic
     decoded further records when the caller has them (a cohort decodes them once).
     """
     pid = partition_id(context)
-    config = msg.content[keys.CONFIG]
+    config: Mapping[str, Any] = msg.content[keys.CONFIG]
     server_round = int(config[keys.SERVER_ROUND])
     options = rule_options(config)
     payload = payload_of(msg) if payload is None else payload

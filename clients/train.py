@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import math
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Mapping, Optional, cast
 
 import numpy as np
 import torch
@@ -136,7 +136,9 @@ class StepTerms:
             if self.grad_scale != 1.0:
                 p.grad.mul_(self.grad_scale)
             if self.prox_mu > 0:
-                p.grad.add_(p.detach() - anchor[name].to(p.device), alpha=self.prox_mu)
+                p.grad.add_(
+                    p.detach() - cast(Mapping[str, torch.Tensor], anchor)[name].to(p.device), alpha=self.prox_mu
+                )
             if self.correction is not None:
                 p.grad.add_(self.correction[name].to(p.device))
 
@@ -171,7 +173,7 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, params, state: Option
     """
     if state is None or OPTIMIZER_STATE not in state.array_records:
         return False
-    stored = state[OPTIMIZER_STATE].to_torch_state_dict()
+    stored = cast(ArrayRecord, state[OPTIMIZER_STATE]).to_torch_state_dict()
     restored: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
     for name, p in params:
         entries = {k.split("|", 1)[1]: v for k, v in stored.items() if k.split("|", 1)[0] == name}
@@ -279,7 +281,7 @@ def local_train(
         if terms.correction is not None:
             with torch.no_grad():
                 for name, p in params:
-                    p.grad.add_(terms.correction[name])
+                    cast(torch.Tensor, p.grad).add_(terms.correction[name])
         optimizer.step()
         steps += 1
     if settings.keep_optimizer_state:

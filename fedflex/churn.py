@@ -517,13 +517,13 @@ class SessionTracker:
             or not 0.0 <= float(change_threshold) < 1.0
         ):
             raise ValueError(f"change_threshold = {change_threshold!r}: must be in [0, 1)")
-        self.change_threshold = float(change_threshold)
-        self.session = -1
-        self.session_start_round = 0
+        self.change_threshold: float = float(change_threshold)
+        self.session: int = -1
+        self.session_start_round: int = 0
         self.members: frozenset[int] = frozenset()
         self.history: list[tuple[int, frozenset[int]]] = []
-        self._last_round = 0
-        self._last_started = False
+        self._last_round: int = 0
+        self._last_started: bool = False
 
     def update(self, server_round: int, online: Iterable[int], force: bool = False) -> tuple[int, bool]:
         """Feed the online set of ``server_round``; return ``(session, started_now)``.

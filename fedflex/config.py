@@ -14,7 +14,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Optional, Sequence, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -87,6 +87,7 @@ def _int_range(path: str, name: str, value: Any) -> Optional[list[int]]:
     )
     if not ok:
         raise ConfigError(_join(path, name), value, "must be null (off) or [lo, hi] with integers 1 <= lo <= hi")
+    assert items is not None
     return [int(v) for v in items]
 
 
@@ -347,6 +348,8 @@ class _PartOptions:
     """
 
     USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {}
+    if TYPE_CHECKING:
+        name: str  # a field of every subclass
 
     def _reads(self, option: str) -> bool:
         owners = self.USED_BY.get(option)
@@ -365,7 +368,7 @@ class _PartOptions:
 
     def sent(self) -> list[str]:
         """Return the fields the chosen part reads (what a train message needs to carry)."""
-        return [f.name for f in dataclasses.fields(self) if self._reads(f.name)]
+        return [f.name for f in dataclasses.fields(cast(Any, self)) if self._reads(f.name)]
 
 
 @dataclass
@@ -630,7 +633,7 @@ class SamplerConfig(_PartOptions):
         _choice(path, "name", self.name, SAMPLERS)
         _num(path, "clients_per_round", self.clients_per_round, ge=1)
         _num(path, "min_clients", self.min_clients, ge=1)
-        if self.min_clients > self.clients_per_round:
+        if self.clients_per_round is not None and self.min_clients > self.clients_per_round:
             raise ConfigError(
                 _join(path, "min_clients"),
                 self.min_clients,
@@ -1356,11 +1359,11 @@ def load_scenario(
         from_file = (
             path is not None and file_trace is not None and not any(o.startswith("churn.trace=") for o in overrides)
         )
-        base = Path(path).resolve().parent if from_file else Path.cwd()
+        base = Path(path).resolve().parent if from_file and path is not None else Path.cwd()
         cfg.churn.trace = str((base / Path(cfg.churn.trace).expanduser()).resolve())
     if cfg.churn.kind == "trace":
         try:
-            read_trace(cfg.churn.trace, cfg.num_clients)
+            read_trace(cast(str, cfg.churn.trace), cfg.num_clients)  # set: checked by validate
         except ValueError as exc:
             raise ConfigError("churn.trace", cfg.churn.trace, str(exc)) from None
     return cfg
@@ -1485,7 +1488,7 @@ def _known_keys(parent: str) -> list[str]:
         if part not in fields:
             return []
         default = fields[part].default_factory if fields[part].default_factory is not dataclasses.MISSING else None
-        node = default() if default else None
+        node = default() if callable(default) else None
         if node is None or not dataclasses.is_dataclass(node):
             return []
         node = type(node)

@@ -122,7 +122,7 @@ def convert(
         active, inactive = entry.get("active"), entry.get("inactive")
         if not isinstance(active, Sequence) or not isinstance(inactive, Sequence) or len(active) != len(inactive):
             raise ValueError(f"client {cid!r}: needs 'active' and 'inactive' lists of the same length")
-        period = entry.get("finish_time")
+        period: Any = entry.get("finish_time")
         if repeat and not (isinstance(period, (int, float)) and period > 0):
             raise ValueError(f"client {cid!r}: needs a positive 'finish_time' to repeat (or use repeat=False)")
         cycles = int(horizon // period) + 1 if repeat else 1

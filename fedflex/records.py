@@ -70,7 +70,7 @@ def from_record(cls: type[T], record: Mapping[str, Any], prefix: str) -> T:
     """
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
+    for f in dataclasses.fields(typing.cast(Any, cls)):
         key = record_key(prefix, f.name)
         if key in record:
             kwargs[f.name] = _cast(hints[f.name], record[key])

@@ -70,7 +70,7 @@ def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
     import io
 
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez(buf, **arrays)  # type: ignore[arg-type]
     _write_atomic(Path(path), buf.getvalue())
 
 

@@ -116,7 +116,7 @@ def write_state(path: Path, obj: Any) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # not mkstemp: the usual permissions
     try:
         with open(tmp, "wb") as fh:
-            np.savez(fh, **{STATE_ENTRY: np.frombuffer(text.encode("utf-8"), dtype=np.uint8)}, **arrays)
+            np.savez(fh, **{STATE_ENTRY: np.frombuffer(text.encode("utf-8"), dtype=np.uint8)}, **arrays)  # type: ignore[arg-type]
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

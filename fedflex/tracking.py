@@ -25,7 +25,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Mapping, Optional, Protocol
+from typing import Any, Mapping, Protocol
 
 TENSORBOARD_DIR = "tensorboard"
 MLFLOW_DB = "mlflow.db"
@@ -164,7 +164,7 @@ class WandbTracker:
 
     def __init__(self, out_dir: Path, experiment: str, run_name: str) -> None:
         self.out_dir, self.experiment, self.run_name = Path(out_dir), experiment, run_name
-        self.run: Optional[Any] = None
+        self.run: Any = None
 
     def start(self, params: dict[str, Any]) -> None:
         """Start the wandb run with the run's config."""

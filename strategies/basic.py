@@ -130,6 +130,7 @@ class ExploreFirstSampler(PartWrapper, Sampler):
     """
 
     name = "explore-first"
+    base: Sampler
 
     def __init__(self, base: Sampler, seed: int) -> None:
         super().__init__(base)

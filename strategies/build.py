@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from logging import WARNING
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, cast
 
 from flwr.common import log
 
@@ -136,7 +136,7 @@ INITIALIZERS: dict[str, Callable[[ScenarioConfig], Initializer]] = {
         gradient_rounds=cfg.strategy.initializer.gradient_rounds,
         similarity_scale=cfg.strategy.initializer.similarity_scale,
         distance=cfg.strategy.initializer.distance,
-        clients_per_round=cfg.strategy.sampler.clients_per_round,
+        clients_per_round=cast(int, cfg.strategy.sampler.clients_per_round),  # filled by validate
         seed=cfg.seed + 3,
     ),
 }
@@ -235,7 +235,7 @@ def _check_robust(cfg: ScenarioConfig) -> None:
     """Robust aggregators and clipping: refuse what cannot work or would not be robust,
     warn about what amounts to something plainer.
     """
-    s, a, k = cfg.strategy, cfg.strategy.aggregator, cfg.strategy.sampler.clients_per_round
+    s, a, k = cfg.strategy, cfg.strategy.aggregator, cast(int, cfg.strategy.sampler.clients_per_round)
     if a.name in ROBUST_AGGREGATORS and s.local_rule.name not in ROBUST_RULES:
         raise ConfigError(
             "strategy.local_rule.name",
@@ -364,7 +364,7 @@ def build_strategy(
         clients_per_round=s.sampler.clients_per_round,
         min_clients=s.sampler.min_clients,
         availability=availability,
-        tracker=SessionTracker(cfg.churn.min_session_rounds, cfg.churn.change_threshold),
+        tracker=SessionTracker(cast(int, cfg.churn.min_session_rounds), cast(float, cfg.churn.change_threshold)),
         on_too_few=cfg.churn.on_too_few,
         local_rule=s.local_rule.name,
         query_timeout=cfg.deployment.query_timeout,

@@ -153,8 +153,8 @@ def best_pair(
         if cost[r, jj] < best[0]:
             i, j = b0 + r, b0 + 1 + jj
             best = (float(cost[r, jj]), i, j, two_point(float(diag[i]), float(v1v2[r, jj]), float(diag[j])))
-    cost, i, j, c = best
-    return i, j, c, cost
+    best_cost, i, j, c = best
+    return i, j, c, best_cost
 
 
 @dataclass
@@ -634,6 +634,7 @@ class AwareCore:
         lam[active_ids] = res.weights
         self.last_weights = lam
         if self.memory == "full":
+            assert self.store is not None  # allocated with the memory
             coef = res.weights * (scale if scale is not None else 1.0)
             nz = np.flatnonzero(coef)
             d = coef[nz] @ self.store.get(active_ids[nz]) if nz.size else np.zeros(self.store.dim)
@@ -810,6 +811,7 @@ class AwarePlugin(PartWrapper, Aggregator):
     """
 
     name = "aware"
+    base: Aggregator
 
     def __init__(self, base: Aggregator, num_clients: int, **core: Any) -> None:
         super().__init__(base)

@@ -47,6 +47,7 @@ class FedCMServer(ModelStateRule):
 
     name = rule = "fedcm"
     state_key = "delta"
+    delta: Arrays  # the state, set by ModelStateRule under ``state_key``
 
     def __init__(self, lr: float, reset_on_switch: bool = False, options: Optional[LocalRuleConfig] = None) -> None:
         super().__init__(reset_on_switch, options)
@@ -54,6 +55,7 @@ class FedCMServer(ModelStateRule):
 
     def train_payload(self, server_round: int) -> dict[str, Arrays]:
         """Return the array records added to this round's train messages (name -> arrays)."""
+        assert self.ctx is not None  # bound before any round
         if not self.delta:
             self.delta = OrderedDict(
                 (k, np.zeros(v.shape, dtype=np.float32)) for k, v in self.ctx.global_arrays.items() if is_float(v)

@@ -46,6 +46,7 @@ class FedDynServer(ModelStateRule):
 
     name = rule = "feddyn"
     state_key = "h"
+    h: Arrays  # the state, set by ModelStateRule under ``state_key``
 
     def __init__(
         self, num_clients: int, reset_on_switch: bool = False, options: Optional[LocalRuleConfig] = None

@@ -29,7 +29,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional, cast
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -43,7 +43,7 @@ from fedflex.churn import Availability, SessionTracker
 from fedflex.records import record_key
 from fedflex.strategies.diagnostics import e_lud
 from fedflex.strategies.nodes import NodeDirectory
-from fedflex.strategies.parts import Aggregator, ClientUpdate, Initializer, Part, Sampler, ServerRule
+from fedflex.strategies.parts import Aggregator, ClientUpdate, Initializer, Part, RoundContext, Sampler, ServerRule
 from fedflex.strategies.privacy import SERVER_SIDE, calling_dp_wrapper, check_dp_wrapper
 from fedflex.strategies.replies import NONFINITE, ReplyLimits, check_reply, num_examples_problem
 from fedflex.strategies.robust import clip_update
@@ -273,7 +273,7 @@ class FedFlex(FedAvg):
         self.reply_limits = dataclasses.replace(self._base_limits, records=records, metrics=metrics)
         self.nodes = NodeDirectory(num_clients, query_timeout=self.query_timeout, identify=self.identify)
         for part in self.parts:
-            part.bind(self)
+            part.bind(cast(RoundContext, self))  # num_clients is set by now
 
     @property
     def ready(self) -> bool:
@@ -294,6 +294,7 @@ class FedFlex(FedAvg):
             waited += 1.0
         n = self.num_clients or len(list(grid.get_node_ids()))
         rounds = self._num_rounds or 0
+        assert self.parts_factory is not None  # not ready: the parts come from the factory
         sampler, aggregator, initializer, rule = self.parts_factory(n, rounds, record_to_numpy(arrays))
         self._set_parts(n, sampler, aggregator, initializer, rule)
         log(INFO, "%s: %d clients, parts %s", type(self).__name__, n, ", ".join(p.summary() for p in self.parts))
@@ -358,7 +359,7 @@ class FedFlex(FedAvg):
         # 7. the initializer sees the round's model; 8. evaluate it
         self.initializer.on_round_end(server_round, record.session, self.global_arrays)
         if evaluate_fn is not None:
-            res = evaluate_fn(record, self._global_record())
+            res: Optional[Mapping[str, Any]] = evaluate_fn(record, self._global_record())
             if res is not None:
                 record.test_accuracy = float(res["test-accuracy"])
                 record.test_loss = float(res["test-loss"])
@@ -454,7 +455,7 @@ class FedFlex(FedAvg):
             client = self.nodes.client_of(reply.metadata.src_node_id)
             if client is None or reply.has_error() or keys.METRICS not in reply.content.metric_records:
                 continue
-            metrics = dict(reply.content[keys.METRICS])
+            metrics: dict[str, Any] = dict(reply.content[keys.METRICS])
             if keys.EVAL_LOSS not in metrics and FLOWER_EVAL_LOSS in metrics:  # Flower's quickstart spelling
                 metrics[keys.EVAL_LOSS] = metrics[FLOWER_EVAL_LOSS]
             metrics[keys.NUM_EXAMPLES] = metrics.get(self.weighted_by_key)
@@ -626,6 +627,7 @@ class FedFlex(FedAvg):
 
     def _clip(self, updates: list[ClientUpdate]) -> list[int]:
         """Clip every update to ``clip_norm`` (in place); the clients that were clipped."""
+        assert self.clip_norm is not None  # called only with clipping on
         clipped = []
         for u in updates:
             u.arrays, norm = clip_update(u.arrays, self.global_arrays, self.clip_norm)
@@ -810,7 +812,7 @@ class FedFlex(FedAvg):
                 result.train_metrics_clientapp[server_round] = metrics
             if record.test_accuracy is not None:
                 result.evaluate_metrics_serverapp[server_round] = MetricRecord(
-                    {"test-accuracy": record.test_accuracy, "test-loss": record.test_loss}
+                    {"test-accuracy": record.test_accuracy, "test-loss": cast(float, record.test_loss)}
                 )
             if on_round is not None:
                 on_round(record)

@@ -352,8 +352,8 @@ class HiCSSampler(Sampler):
             global_arrays[self.bias_key], dtype=np.float64
         )
         if self.variant == "paper":
-            h = estimate_entropy(scaled_update(db, self.estimate, self.lr, steps), self.temperature)
-            return float(h), db.astype(np.float32)
+            h = float(estimate_entropy(scaled_update(db, self.estimate, self.lr, steps), self.temperature))
+            return h, db.astype(np.float32)
         if self.weight_key is None or self.weight_key not in arrays:
             raise ValueError(f"hics variant=authors needs the output-layer weight {self.weight_key!r} in the model")
         dw = np.asarray(arrays[self.weight_key], dtype=np.float64) - np.asarray(

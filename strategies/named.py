@@ -201,7 +201,7 @@ class FlowerStrategy(FedFlex):
         return build_parts(cfg, info)
 
 
-def _document(cls: type, defaults: dict[str, Any]) -> None:
+def _document(cls: Any, defaults: dict[str, Any]) -> None:
     """Append the method's options with their defaults (from :mod:`fedflex.config`) to
     the class docstring, and give the class a signature that lists them.
     """
@@ -223,7 +223,7 @@ def _document(cls: type, defaults: dict[str, Any]) -> None:
     flex = inspect.signature(FedFlex.__init__).parameters
     skip = {"self", "sampler", "aggregator", "initializer", "server_rule", "parts_factory", "num_clients", "identify"}
     params += [p for name, p in flex.items() if name not in skip and name not in defaults]
-    cls.__signature__ = inspect.Signature(params[1:])  # type: ignore[attr-defined]
+    cls.__signature__ = inspect.Signature(params[1:])
 
 
 # ---------------------------------------------------------------------------- samplers

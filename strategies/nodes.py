@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional, cast
 
 import numpy as np
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
@@ -206,7 +206,7 @@ class NodeDirectory:
                 else:
                     logger.warning("node %d did not say its client id: %s", node, why)
                 continue
-            client = int(reply.content[keys.CONFIG][keys.PARTITION_ID])
+            client = int(cast(Mapping[str, Any], reply.content[keys.CONFIG])[keys.PARTITION_ID])
             problem = self._key_problem(node, client)
             if problem:
                 logger.error("node %d claims client id %d: refused, %s", node, client, problem)
@@ -331,7 +331,7 @@ def simulated_node_count(
     deadline = clock() + timeout
     count, since = -1, clock()
     while True:
-        now_count = len(grid.get_node_ids())
+        now_count = len(list(grid.get_node_ids()))
         if now_count >= need:
             return now_count
         now = clock()
@@ -347,7 +347,7 @@ def simulated_node_count(
 def _says_partition_id(reply: Message) -> bool:
     """Whether a query reply carries an integer ``partition-id`` in its config."""
     try:
-        int(reply.content[keys.CONFIG][keys.PARTITION_ID])
+        int(cast(Mapping[str, Any], reply.content[keys.CONFIG])[keys.PARTITION_ID])
     except (KeyError, TypeError, ValueError):
         return False
     return True

@@ -17,7 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol
+from typing import Any, Optional, Protocol, TypeAlias
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from fedflex import keys
 from fedflex.config import LocalRuleConfig
 from fedflex.records import to_record
 
-Arrays = "OrderedDict[str, np.ndarray]"
+Arrays: TypeAlias = "OrderedDict[str, np.ndarray]"
 
 
 @dataclass

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, cast
 
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
@@ -137,7 +137,8 @@ def reply_bytes(content: RecordDict) -> int:
     """
     total = sum(len(a.data) for record in content.array_records.values() for a in record.values())
     for record in (*content.metric_records.values(), *content.config_records.values()):
-        for value in record.values():
+        # flwr's stubs: the unpacked records are InflatableObject, which declares no values()
+        for value in record.values():  # type: ignore[attr-defined]
             for item in value if isinstance(value, list) else [value]:
                 total += len(item) if isinstance(item, (str, bytes)) else 8
     return total
@@ -192,7 +193,7 @@ def check_reply(
     size, limit = reply_bytes(content), limits.byte_limit(global_arrays)
     if size > limit:
         return None, f"reply holds {size / MB:.1f} MB, more than the {limit / MB:.1f} MB limit"
-    metrics = dict(content[keys.METRICS])
+    metrics: dict[str, Any] = dict(content[keys.METRICS])
     n = metrics.get(limits.weight_key)
     problem = num_examples_problem(n, limits.bound(client), limits.weight_key)
     if problem:
@@ -212,14 +213,16 @@ def check_reply(
     if missing:
         helper = HELPERS.get(missing[0], "the local rule sends it")
         return None, f"no {missing[0]} record: {helper}"
-    arrays, reason = _decode(content[limits.arrays_key], global_arrays, "", whole=True)
+    arrays, reason = _decode(cast(ArrayRecord, content[limits.arrays_key]), global_arrays, "", whole=True)
     if arrays is None:
         return None, reason
     extras = {}
     for name in names:
-        extra, reason = _decode(content[name], global_arrays, name, whole=False)
+        extra, reason = _decode(cast(ArrayRecord, content[name]), global_arrays, name, whole=False)
         if extra is None:
             return None, reason
         extras[name] = extra
     client_id = -1 if client is None else client
-    return ClientUpdate(client=client_id, num_examples=int(n), arrays=arrays, metrics=metrics, extras=extras), ""
+    return ClientUpdate(
+        client=client_id, num_examples=int(cast(int, n)), arrays=arrays, metrics=metrics, extras=extras
+    ), ""

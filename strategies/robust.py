@@ -32,10 +32,10 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections import OrderedDict
 from logging import WARNING
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import numpy as np
-from flwr.app import MetricRecord, RecordDict
+from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp.strategy.bulyan import aggregate_n_closest_weights
 from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
@@ -218,7 +218,7 @@ class BulyanAggregator(RobustAggregator):
         chosen = select_multikrum(contents, num_malicious_nodes=f, num_nodes_to_select=theta)
         self._metrics = {"bulyan_selected": _selected(contents, chosen, updates)}
         names = list(models[0])
-        selected = [list(record_to_numpy(c[keys.ARRAYS]).values()) for c in chosen]
+        selected = [list(record_to_numpy(cast(ArrayRecord, c[keys.ARRAYS])).values()) for c in chosen]
         medians = [np.median(np.stack(layer), axis=0) for layer in zip(*selected)]
         return OrderedDict(zip(names, aggregate_n_closest_weights(medians, selected, theta - 2 * f)))
 

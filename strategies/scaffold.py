@@ -27,6 +27,7 @@ class ScaffoldServer(ModelStateRule):
 
     name = rule = "scaffold"
     state_key = "c"
+    c: Arrays  # the state, set by ModelStateRule under ``state_key``
 
     def __init__(
         self, num_clients: int, reset_on_switch: bool = False, options: Optional[LocalRuleConfig] = None
@@ -40,6 +41,7 @@ class ScaffoldServer(ModelStateRule):
 
     def train_payload(self, server_round: int) -> dict[str, Arrays]:
         """Return the array records added to this round's train messages (name -> arrays)."""
+        assert self.ctx is not None  # bound before any round
         self._ensure(self.ctx.global_arrays)
         return {keys.SCAFFOLD_C: self.c}
 

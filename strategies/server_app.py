@@ -22,7 +22,7 @@ import logging
 import shlex
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, cast
 
 import numpy as np
 import torch
@@ -233,7 +233,7 @@ def _run_server(
     if type(grid).__name__ == "InMemoryGrid":
         # Flower's simulation grid polls for replies every 0.1 s; a round of small models
         # then waits ~0.05 s for nothing. Polling the in-memory state is cheap.
-        grid.pull_interval = min(getattr(grid, "pull_interval", 0.1), 0.005)
+        cast(Any, grid).pull_interval = min(getattr(grid, "pull_interval", 0.1), 0.005)  # the simulation grid's
     if data is None:
         data = load_dataset(cfg.dataset, cfg.num_clients, cfg.seed)
     partition = partition_data(cfg.partition, data, cfg.num_clients, cfg.seed)
@@ -287,7 +287,7 @@ def _run_server(
     if wrap_grid is not None:
         grid = wrap_grid(grid, strategy.nodes.client_of)
     rows = recorder.rows if recorder is not None else []
-    on_round = RowWriter(recorder, progress)
+    on_round: Callable[[Any], None] = RowWriter(recorder, progress)
     if recorder is None:  # the rows are needed to tell whether any round trained
         on_round = _also_keep(on_round, rows)
     try:

@@ -232,13 +232,15 @@ class SessionAwareInitializer(_SessionMemory):
         clients = online
         if len(online) > self.clients_per_round:
             clients = np.sort(self.rng.choice(online, size=self.clients_per_round, replace=False))
-        u: Optional[Arrays] = self.pilot
+        pilot: Arrays = self.pilot
+        u = pilot
         for _ in range(self.V):
-            u = self.ctx.train_round(server_round, u, clients, phase="session-init")
-            if u is None:
+            trained = self.ctx.train_round(server_round, u, clients, phase="session-init")
+            if trained is None:
                 log(WARNING, "session-aware: gradient round at round %d got no reply; model kept", server_round)
                 return None
-        gradient = flatten(u) - flatten(self.pilot)
+            u = trained
+        gradient = flatten(u) - flatten(pilot)
         replacement = None
         if self.history:
             slices = weight_slices(self.pilot) if self.distance == "normalized" else None

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, cast
 
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
@@ -127,7 +127,7 @@ class CohortGrid(Grid):
             return self.grid.send_and_receive(messages, timeout=timeout)
         for m in messages:  # ids for the strategy's reply bookkeeping (error replies)
             m.metadata.__dict__["_message_id"] = uuid.uuid4().hex
-        by_client = {int(self.client_of(m.metadata.dst_node_id)): m for m in messages}
+        by_client = {int(cast(int, self.client_of(m.metadata.dst_node_id))): m for m in messages}
         chunks = split_chunks(sorted(by_client), self.workers)
         packed = [self._pack(messages[0], chunk, by_client[chunk[0]].metadata.dst_node_id) for chunk in chunks]
         replies = list(self.grid.send_and_receive(packed, timeout=timeout))
@@ -144,7 +144,7 @@ class CohortGrid(Grid):
         content = RecordDict()
         for name, record in template.content.items():
             content[name] = record
-        config = ConfigRecord(dict(template.content[keys.CONFIG]))
+        config = ConfigRecord(dict(cast(ConfigRecord, template.content[keys.CONFIG])))
         config[keys.COHORT_CLIENTS] = json.dumps(clients)
         config[keys.COHORT_VECTORIZE] = self.vectorize
         config[keys.COHORT_SIZE] = self.cohort_size
@@ -156,7 +156,7 @@ class CohortGrid(Grid):
 
     def _unpack(self, reply: Message, clients: list[int], by_client: dict[int, Message]) -> list[Message]:
         if reply.has_error():
-            return [error_reply(by_client[c], reply.error.reason, code=reply.error.code) for c in clients]
+            return [error_reply(by_client[c], cast(str, reply.error.reason), code=reply.error.code) for c in clients]
         out = []
         for c in clients:
             errors = reply.content.config_records.get(client_record(c, keys.COHORT_ERROR))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -420,7 +420,7 @@ def _two_shards(
 
 #: the patterns and their splits: ``(pools, num_clients, num_classes, rng, out) ->
 #: (groups, label sets)``; ``sessions`` takes its own options (:func:`_sessions`)
-_PATTERNS = {
+_PATTERNS: dict[str, Callable[..., Any]] = {
     "half": _half,
     "two-shard": lambda pools, n, c, rng, out: _two_shards(pools, n, rng, out),
     "partial-overlap": _partial_overlap,

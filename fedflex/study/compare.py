@@ -75,7 +75,7 @@ class Study:
     excluded: list[tuple[Run, str]]  # run, why
 
 
-def find_runs(paths: Iterable[Path]) -> list[Path]:
+def find_runs(paths: Iterable[str | Path]) -> list[Path]:
     """Run directories at or under ``paths`` (sorted; ``.``-folders skipped).
 
     Raises
@@ -420,6 +420,7 @@ def markdown(
         "rounds to target: mean ± std and median over the runs that reach it (reached/n)."
     )
     if extra:
+        assert reference is not None  # extra columns come from it
         lines.append(f"{', '.join(extra)}: {reference['source'] or 'reference numbers'}, as published (no seeds).")
     if study.excluded:
         lines += ["", "Left out (use --include-incomplete to keep them):", ""]
@@ -439,7 +440,7 @@ def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
 
 def numeric_fields(runs: Iterable[Run]) -> list[str]:
     """Fields of metrics.jsonl that hold numbers in some row of ``runs``."""
-    fields = set()
+    fields: set[str] = set()
     for run in runs:
         for row in run.rows:
             fields.update(
@@ -539,7 +540,7 @@ def write_comparison(
     written[0].write_text(text, encoding="utf-8")
     write_csv(rows, written[1])
     for metric in wanted:
-        path = out / f"{metric}.png"
-        plot(study, metric, path)
-        written.append(path)
+        png = out / f"{metric}.png"
+        plot(study, metric, png)
+        written.append(png)
     return text, written

@@ -78,7 +78,9 @@ def read_reference(path: Path) -> dict[str, Any]:
         data = _read_yaml(path)
     except ConfigError as exc:
         raise StudyError(f"--reference {path}: {exc}") from None
-    reference = read_study(path)["reference"] if is_study_file(path) else parse_reference(data.get("reference"), path)
+    reference = (
+        read_study(path)["reference"] if is_study_file(path) else parse_reference(data.get("reference"), str(path))
+    )
     if not reference["groups"]:
         raise StudyError(f"--reference {path}: no reference: groups in it")
     return reference
