@@ -714,6 +714,7 @@ class AggregatorConfig(_PartOptions):
     aware_layers: int = 2  # last-layers memory: the last K float tensors (2: the output layer)
     aware_dtype: str = "float32"
     aware_departed: str = "keep"  # offline clients: keep | exclude (from the solve) | drop
+    aware_max_age: Optional[int] = None  # solve over momenta refreshed in the last A+1 rounds (null: all)
     on_model_switch: str = "keep"
     trim_beta: float = 0.2  # trimmed-mean: fraction cut off each tail, in [0, 0.5)
     num_malicious: int = 1  # krum / multikrum / bulyan: f, Byzantine clients tolerated
@@ -744,6 +745,7 @@ class AggregatorConfig(_PartOptions):
                 "aware_layers",
                 "aware_dtype",
                 "aware_departed",
+                "aware_max_age",
             )
         },
     }
@@ -769,6 +771,7 @@ class AggregatorConfig(_PartOptions):
         _choice(path, "aware_dtype", self.aware_dtype, ("float32", "float16", "bfloat16"))
         _num(path, "aware_layers", self.aware_layers, ge=1)
         _choice(path, "aware_departed", self.aware_departed, ("keep", "exclude", "drop"))
+        _num(path, "aware_max_age", self.aware_max_age, ge=0, optional=True)
         _choice(path, "on_model_switch", self.on_model_switch, ("keep", "reset"))
         _num(path, "trim_beta", self.trim_beta, ge=0, lt=0.5)
         _num(path, "num_malicious", self.num_malicious, ge=0)

@@ -433,6 +433,12 @@ class AwareCore:
         it gets a fresh momentum when it trains again).
     reset_on_switch
         Forget all momenta (and warm up again) when an initializer replaces the model.
+    max_age
+        None (the paper): every stored momentum enters the solve. An integer A: only the
+        momenta refreshed in the last A + 1 aggregations (age <= A; this round's are age
+        0) do; older ones stay stored and come back when their client trains again. For
+        samplers that pick some clients far more often than others (HiCS-FL), whose
+        rarely picked clients' momenta are many rounds stale (docs/composition.md).
     """
 
     def __init__(
@@ -451,6 +457,7 @@ class AwareCore:
         dtype: str = "float32",
         departed: str = "keep",
         reset_on_switch: bool = False,
+        max_age: Optional[int] = None,
     ) -> None:
         if solver not in SOLVERS:
             raise ValueError(f"solver {solver!r}: must be one of {', '.join(SOLVERS)}")
@@ -460,13 +467,17 @@ class AwareCore:
             raise ValueError(f"departed {departed!r}: must be one of {', '.join(DEPARTED)}")
         if not 0.0 < momentum <= 1.0:
             raise ValueError(f"momentum {momentum}: must be in (0, 1]")
+        if max_age is not None and max_age < 0:
+            raise ValueError(f"max_age {max_age}: must be >= 0 or None")
         if dtype not in MOMENTUM_DTYPES:
             raise ValueError(f"dtype {dtype!r}: must be one of {', '.join(MOMENTUM_DTYPES)}")
         self.num_clients = num_clients
         self.momentum, self.normalize, self.warmup = momentum, normalize, warmup
         self.iters, self.tol, self.solver, self.gap_tol = iters, tol, solver, gap_tol
         self.memory, self.layers, self.dtype = memory, layers, dtype
-        self.departed, self.reset_on_switch = departed, reset_on_switch
+        self.departed, self.reset_on_switch, self.max_age = departed, reset_on_switch, max_age
+        self.step = 0  # aggregations so far (direction() calls)
+        self.refreshed = np.zeros(num_clients, dtype=np.int64)  # step at which each momentum was last set
         self.store: Optional[MomentumStore] = None
         self.gram = np.zeros((0, 0))
         self.has = np.zeros(num_clients, dtype=bool)
@@ -534,6 +545,7 @@ class AwareCore:
         old = self.store.get(ids)  # zero rows for clients without a momentum
         self.store.set(ids, (1.0 - a) * old + a * grads[:, self.offset :])
         self.has[ids] = True
+        self.refreshed[ids] = self.step
         self._update_gram(ids)
 
     def _update_gram(self, ids: np.ndarray) -> None:
@@ -603,6 +615,7 @@ class AwareCore:
             raise ValueError(f"client ids must be distinct and in 0..{self.num_clients - 1}: {ids.tolist()}")
         x = flatten(global_arrays)
         grads = np.stack([x - flatten(u.arrays) for u in updates])  # g_i = x - x_i, rows as ids
+        self.step += 1
         online_mask = None
         if online is not None:
             online_mask = np.zeros(self.num_clients, dtype=bool)
@@ -620,6 +633,9 @@ class AwareCore:
                 return None
             self.warm = True
         active = self.has if (self.departed != "exclude" or online_mask is None) else self.has & online_mask
+        age = self.step - self.refreshed
+        if self.max_age is not None:
+            active = active & (age <= self.max_age)
         active_ids = np.flatnonzero(active)
         gram = self.gram if active_ids.size == self.num_clients else self.gram[np.ix_(active_ids, active_ids)]
         scale = None
@@ -647,6 +663,7 @@ class AwareCore:
             aware_fw_iters=res.iterations,
             aware_gap=res.relative_gap,
             aware_min_norm=math.sqrt(res.value),
+            aware_age=float(res.weights @ age[active_ids]),
             aware_d_norm=float(np.linalg.norm(d)),
             aware_solve_s=time.perf_counter() - t0,
         )
@@ -678,6 +695,8 @@ class AwareCore:
             "memory": self.memory,
             "offset": self.offset,
             "total_dim": self.total_dim,
+            "step": self.step,
+            "refreshed": self.refreshed.copy(),
         }
         if self.store is not None:
             state["momenta"] = self.store.get(slice(0, self.num_clients)).astype(np.float32)
@@ -687,6 +706,9 @@ class AwareCore:
         """Restore the state that :meth:`state_dict` returned."""
         self.has = np.asarray(state["has"], dtype=bool).copy()
         self.warm = bool(state["warm"])
+        # checkpoints of fedflex before max_age: ages start from the resume
+        self.step = int(state.get("step", 0))
+        self.refreshed = np.asarray(state.get("refreshed", np.zeros(self.num_clients)), dtype=np.int64).copy()
         if "momenta" in state:
             momenta = np.asarray(state["momenta"], dtype=np.float64)
             self.keys = list(state["keys"])
@@ -700,7 +722,8 @@ class AwareCore:
         return (
             f"momentum={self.momentum}, normalize={self.normalize}, warmup={self.warmup}, "
             f"memory={self.memory}{f'({self.layers})' if self.memory == 'last-layers' else ''}, "
-            f"dtype={self.dtype}, departed={self.departed}, solver={self.solver}, iters={self.iters}, tol={self.tol}"
+            f"dtype={self.dtype}, departed={self.departed}, max_age={self.max_age}, "
+            f"solver={self.solver}, iters={self.iters}, tol={self.tol}"
         )
 
 
@@ -878,6 +901,7 @@ def _core_kwargs(cfg: "ScenarioConfig") -> dict[str, Any]:
         "dtype": a.aware_dtype,
         "departed": a.aware_departed,
         "reset_on_switch": a.on_model_switch == "reset",
+        "max_age": a.aware_max_age,
     }
 
 
