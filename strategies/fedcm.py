@@ -55,8 +55,8 @@ class FedCMServer(ModelStateRule):
 
     def train_payload(self, server_round: int) -> dict[str, Arrays]:
         """Return the array records added to this round's train messages (name -> arrays)."""
-        assert self.ctx is not None  # bound before any round
         if not self.delta:
+            assert self.ctx is not None  # bound before any round
             self.delta = OrderedDict(
                 (k, np.zeros(v.shape, dtype=np.float32)) for k, v in self.ctx.global_arrays.items() if is_float(v)
             )
