@@ -1,5 +1,6 @@
 """The checks every config class uses: :class:`ConfigError` and the value tests that
-raise it, each naming the dotted scenario key (``path`` + the field's name)."""
+raise it, each naming the dotted scenario key (``path`` + the field's name).
+"""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ class ConfigError(ValueError):
 
 
 def join(path: str, name: str) -> str:
-    """The dotted key of field ``name`` under ``path``."""
+    """Return the dotted key of field ``name`` under ``path``."""
     return f"{path}.{name}" if path else name
 
 
@@ -78,4 +79,5 @@ def int_range(path: str, name: str, value: Any) -> Optional[list[int]]:
     )
     if not ok:
         raise ConfigError(join(path, name), value, "must be null (off) or [lo, hi] with integers 1 <= lo <= hi")
+    assert items is not None
     return [int(v) for v in items]

@@ -119,6 +119,7 @@ class DatasetConfig:
     NUM_SPECIAL_TOKENS: ClassVar[int] = 2
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, DATASETS)
         _choice(path, "label_map", self.label_map, LABEL_MAPS)
         _num(path, "alpha", self.alpha, ge=0)
@@ -200,6 +201,7 @@ class PartitionConfig:
     labels: str = "mapped"
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "scheme", self.scheme, PARTITIONS)
         _choice(path, "labels", self.labels, ("mapped", "source"))
         if self.scheme == "label-groups" and not any(self.label_groups):
@@ -251,7 +253,8 @@ class ModelConfig:
     ``text_hidden`` is the LSTM width per direction (``text-lstm``, ``rnn_layers``
     layers, ``bidirectional``) or the filters per kernel size (``text-cnn``).
     ``vocab_size``: rows of the embedding table; left unset it is
-    ``dataset.vocab_size + 2`` (padding and unknown ids), the only value that fits."""
+    ``dataset.vocab_size + 2`` (padding and unknown ids), the only value that fits.
+    """
 
     name: str = "logreg"
     norm: str = "batch"  # resnet18 only: batch | group
@@ -265,6 +268,7 @@ class ModelConfig:
     vocab_size: Optional[int] = None
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, MODELS)
         _choice(path, "loss", self.loss, LOSSES)
         if self.name == "svm" and self.loss != "squared-hinge":
@@ -366,6 +370,7 @@ class ClientConfig:
     batch_size_range: Optional[list[int]] = None
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _num(path, "epochs", self.epochs, ge=1)
         _num(path, "steps", self.steps, ge=1, optional=True)
         _num(path, "batch_size", self.batch_size, ge=1)
@@ -399,13 +404,14 @@ class ClientConfig:
             )
 
     def training_fields(self) -> list[str]:
-        """The fields a train message carries (all but ``WORKER`` and ``SCHEDULE``)."""
+        """Return the fields a train message carries (all but ``WORKER`` and ``SCHEDULE``)."""
         return [f.name for f in dataclasses.fields(self) if f.name not in self.WORKER + self.SCHEDULE]
 
     def unused(self) -> list[tuple[str, Any, str, tuple[str, ...]]]:
         """``(option, value, the option that decides, the values of it that read the
         option)`` for every schedule option set away from its default that the chosen
-        schedule ignores (e.g. ``lr_decay`` with ``lr_schedule`` constant)."""
+        schedule ignores (e.g. ``lr_decay`` with ``lr_schedule`` constant).
+        """
         default = type(self)()
         deciders = {option: (decider, readers) for option, decider, readers in self.SCHEDULE_USED_BY}
         out = []
@@ -424,8 +430,9 @@ class ClientConfig:
         return out
 
     def lr_at(self, server_round: int, session_start: int) -> float:
-        """The client learning rate of ``server_round`` (1-based) when the current
-        session started in round ``session_start`` (see the class docstring)."""
+        """Return the client learning rate of ``server_round`` (1-based) when the current
+        session started in round ``session_start`` (see the class docstring).
+        """
         if self.lr_schedule == "constant":
             return float(self.lr)
         t = server_round - 1 if self.lr_schedule == "round" else server_round - session_start
@@ -454,7 +461,8 @@ class _PartOptions:
     one section per method (a :class:`~fedflex.options.MethodOptions` field, e.g.
     ``hics``), read by the parts its class names in ``PARTS``. :meth:`unused` lists the
     options set away from their default that the chosen part ignores (:func:`load_scenario`
-    warns about each); :meth:`sent` the fields it reads."""
+    warns about each); :meth:`sent` the fields it reads.
+    """
 
     name: str
     #: plain fields read by only some parts of the type
@@ -481,8 +489,9 @@ class _PartOptions:
 
     def unused(self) -> list[tuple[str, Any, tuple[str, ...]]]:
         """``(option, value, the parts that read it)`` for every option set away from its
-        default that the chosen part ignores; section options are dotted (``hics.temperature``)."""
-        default = type(self)()  # type: ignore[call-arg]
+        default that the chosen part ignores; section options are dotted (``hics.temperature``).
+        """
+        default = type(self)()
         out = [
             (option, getattr(self, option), owners)
             for option, owners in self.COMMON_READERS.items()
@@ -498,8 +507,9 @@ class _PartOptions:
         return self.sections()[section].readers(option)
 
     def sent(self) -> list[str]:
-        """The fields the chosen part reads (what a train message needs to carry), section
-        fields dotted."""
+        """Return the fields the chosen part reads (what a train message needs to carry), section
+        fields dotted.
+        """
         out = [
             f.name
             for f in dataclasses.fields(self)  # type: ignore[arg-type]
@@ -543,10 +553,11 @@ class SamplerConfig(_PartOptions):
     fedcor: FedCorOptions = field(default_factory=FedCorOptions)
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, SAMPLERS)
         _num(path, "clients_per_round", self.clients_per_round, ge=1)
         _num(path, "min_clients", self.min_clients, ge=1)
-        if self.min_clients > self.clients_per_round:
+        if self.clients_per_round is not None and self.min_clients > self.clients_per_round:
             raise ConfigError(
                 _join(path, "min_clients"),
                 self.min_clients,
@@ -613,6 +624,7 @@ class AggregatorConfig(_PartOptions):
         return readers + ("aware.enabled=true",) if section == "aware" else readers
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, AGGREGATORS)
         _num(path, "server_lr", self.server_lr, gt=0)
         _choice(path, "on_model_switch", self.on_model_switch, ("keep", "reset"))
@@ -635,6 +647,7 @@ class InitializerConfig(_PartOptions):
     session_aware: SessionAwareOptions = field(default_factory=SessionAwareOptions)
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, INITIALIZERS)
         self.validate_sections(path)
 
@@ -669,6 +682,7 @@ class LocalRuleConfig(_PartOptions):
     fedcm: FedCMOptions = field(default_factory=FedCMOptions)
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, LOCAL_RULES)
         self.validate_sections(path)
 
@@ -690,12 +704,15 @@ class ReplyConfig:
     max_reply_mb: Optional[float] = None
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _num(path, "max_num_examples", self.max_num_examples, ge=1, optional=True)
         _num(path, "max_reply_mb", self.max_reply_mb, gt=0, optional=True)
 
 
 @dataclass
 class StrategyConfig:
+    """The ``strategy`` section: one sub-section per part (sampler, aggregator, initializer, local rule)."""
+
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     aggregator: AggregatorConfig = field(default_factory=AggregatorConfig)
     initializer: InitializerConfig = field(default_factory=InitializerConfig)
@@ -703,6 +720,7 @@ class StrategyConfig:
     replies: ReplyConfig = field(default_factory=ReplyConfig)
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         for f in dataclasses.fields(self):
             getattr(self, f.name).validate(_join(path, f.name))
 
@@ -752,6 +770,7 @@ class ChurnConfig:
     on_too_few: str = "skip"
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "kind", self.kind, CHURN_KINDS)
         if self.kind == "sessions" and not self.sessions:
             raise ConfigError(_join(path, "sessions"), [], "kind=sessions needs a list of client-id lists")
@@ -811,6 +830,7 @@ class EvaluationConfig:
     stop_on_divergence: bool = True
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _num(path, "every", self.every, ge=1)
         _num(path, "stop_at_accuracy", self.stop_at_accuracy, ge=0, le=1)
         _num(path, "stop_smoothing", self.stop_smoothing, ge=0)
@@ -865,6 +885,7 @@ class SimulationConfig:
     ray_address: Optional[str] = None
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "backend", self.backend, ("ray", "local"))
         # YAML 1.1 reads a bare on / off as a boolean, which OmegaConf then writes as a string
         self.vectorize = {"True": "on", "true": "on", "False": "off", "false": "off"}.get(
@@ -901,6 +922,7 @@ class DeploymentConfig:
     query_timeout: float = 60.0
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _num(path, "round_timeout", self.round_timeout, gt=0, optional=True)
         _num(path, "wait_for_nodes", self.wait_for_nodes, ge=0)
         _num(path, "wait_timeout", self.wait_timeout, ge=0)
@@ -941,6 +963,7 @@ class OutputConfig:
     trackers: list[str] = field(default_factory=list)
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         if self.progress in ("False", "false"):  # YAML reads a bare `off` as false
             self.progress = "off"
         _choice(path, "progress", self.progress, ("auto", "bar", "lines", "off"))
@@ -989,8 +1012,9 @@ class ScenarioConfig:
         self.validate()
 
     def _check_text_model(self) -> None:
-        """A text model reads token ids of an ``hf`` dataset; its embedding table has one row
-        per id the tokenizer can emit (filled in when unset); LSTMs cannot be batched."""
+        """Check that a text model reads token ids of an ``hf`` dataset; its embedding table has one row
+        per id the tokenizer can emit (filled in when unset); LSTMs cannot be batched.
+        """
         if self.model.name not in TEXT_MODELS:
             return
         if self.dataset.name != "hf":
@@ -1017,6 +1041,7 @@ class ScenarioConfig:
             )
 
     def validate(self, path: str = "") -> None:
+        """Check every section and the cross-section rules; raise :class:`ConfigError` naming the key."""
         _num(path, "seed", self.seed, ge=0)
         _num(path, "num_clients", self.num_clients, ge=1)
         _num(path, "rounds", self.rounds, ge=1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -37,7 +37,7 @@ def _is_section(value: Any) -> bool:
 
 
 def alias_mapping(data: Mapping[str, Any], warn: bool = True) -> dict[str, Any]:
-    """``data`` (a scenario's nested mapping) with every old key of
+    """Return ``data`` (a scenario's nested mapping) with every old key of
     :data:`~fedflex.options.ALIASES` moved to its new place (a warning each, unless
     ``warn`` is False: e.g. reading the saved ``config.yaml`` of an earlier run).
     An old key that names several new ones (``strategy.sampler.ward``) sets those of the
@@ -73,7 +73,8 @@ def alias_mapping(data: Mapping[str, Any], warn: bool = True) -> dict[str, Any]:
 
 def _targets(new: tuple[str, ...], name: Any) -> tuple[str, ...]:
     """Of several new keys, those whose section the part named ``name`` reads (all when
-    none or no name)."""
+    none or no name).
+    """
     if len(new) == 1 or not isinstance(name, str):
         return new
     read = []
@@ -106,7 +107,8 @@ def _plain(data: Any) -> Any:
 
 def alias_overrides(overrides: Iterable[str]) -> list[str]:
     """Dotlist overrides with every old key of :data:`~fedflex.options.ALIASES` written
-    the new way (a warning each)."""
+    the new way (a warning each).
+    """
     out = []
     for item in overrides:
         key, sep, value = item.partition("=")
@@ -174,11 +176,11 @@ def load_scenario(
         from_file = (
             path is not None and file_trace is not None and not any(o.startswith("churn.trace=") for o in overrides)
         )
-        base = Path(path).resolve().parent if from_file else Path.cwd()
+        base = Path(path).resolve().parent if from_file and path is not None else Path.cwd()
         cfg.churn.trace = str((base / Path(cfg.churn.trace).expanduser()).resolve())
     if cfg.churn.kind == "trace":
         try:
-            read_trace(cfg.churn.trace, cfg.num_clients)
+            read_trace(cast(str, cfg.churn.trace), cfg.num_clients)  # set: checked by validate
         except ValueError as exc:
             raise ConfigError("churn.trace", cfg.churn.trace, str(exc)) from None
     return cfg
@@ -186,7 +188,8 @@ def load_scenario(
 
 def warn_unused(cfg: ScenarioConfig) -> list[str]:
     """Warn (and return the warnings) for every part option set away from its default
-    that the chosen part does not read, e.g. ``strategy.local_rule.fedprox.mu`` with rule sgd."""
+    that the chosen part does not read, e.g. ``strategy.local_rule.fedprox.mu`` with rule sgd.
+    """
     said = []
     for part in ("sampler", "aggregator", "initializer", "local_rule"):
         options = getattr(cfg.strategy, part)
@@ -210,8 +213,9 @@ class _DuplicateKey(Exception):
 
 
 def _unique_key_loader():
-    """A yaml SafeLoader class that refuses a key given twice in one mapping (built on
-    first use: yaml is imported only when a scenario file is read)."""
+    """Return a yaml SafeLoader class that refuses a key given twice in one mapping (built on
+    first use: yaml is imported only when a scenario file is read).
+    """
     import yaml
 
     class Loader(yaml.SafeLoader):
@@ -234,8 +238,9 @@ def _unique_key_loader():
 
 
 def _read_yaml(p: Path) -> dict:
-    """A scenario file's mapping; syntax errors name the line and column, a key given
-    twice names both lines, a top level that is not a mapping is refused."""
+    """Return a scenario file's mapping; syntax errors name the line and column, a key given
+    twice names both lines, a top level that is not a mapping is refused.
+    """
     import yaml
 
     try:
@@ -264,7 +269,7 @@ def _read_yaml(p: Path) -> dict:
 
 
 def _culprit(schema, file_layers: list, overrides: list[str]) -> Optional[ConfigError]:
-    """The first override that fails on its own, as a ConfigError naming its key."""
+    """Return the first override that fails on its own, as a ConfigError naming its key."""
     for item in overrides:
         key, _, value = item.partition("=")
         try:
@@ -300,7 +305,7 @@ def _known_keys(parent: str) -> list[str]:
         if part not in fields:
             return []
         default = fields[part].default_factory if fields[part].default_factory is not dataclasses.MISSING else None
-        node = default() if default else None
+        node = default() if callable(default) else None
         if node is None or not dataclasses.is_dataclass(node):
             return []
         node = type(node)
@@ -308,5 +313,5 @@ def _known_keys(parent: str) -> list[str]:
 
 
 def to_yaml(cfg: ScenarioConfig) -> str:
-    """The fully resolved scenario as YAML (what ``config.yaml`` holds)."""
+    """Return the fully resolved scenario as YAML (what ``config.yaml`` holds)."""
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))

@@ -42,7 +42,7 @@ class MethodOptions:
 
     @classmethod
     def readers(cls, field_name: str) -> tuple[str, ...]:
-        """The part names that read ``field_name``."""
+        """Return the part names that read ``field_name``."""
         return cls.FIELD_PARTS.get(field_name, cls.PARTS)
 
     def changed(self) -> dict[str, Any]:
@@ -56,9 +56,10 @@ class MethodOptions:
 
 
 def resolve_options(cls: type[T], options: Optional[T], fields: Mapping[str, Any], path: str) -> T:
-    """The options a part constructor works with: ``options``, or an object of ``cls``
+    """Return the options a part constructor works with: ``options``, or an object of ``cls``
     made of the keyword ``fields`` (the defaults of ``cls`` for the others); checked,
-    errors naming ``path`` (the scenario section, e.g. ``strategy.sampler.hics``)."""
+    errors naming ``path`` (the scenario section, e.g. ``strategy.sampler.hics``).
+    """
     if options is not None and fields:
         raise TypeError(f"give either options= or {cls.__name__}'s fields ({', '.join(fields)}), not both")
     if options is None:
@@ -119,6 +120,7 @@ class HiCSOptions(MethodOptions):
     ward: str = "exact"
 
     def validate(self, path: str) -> None:
+        """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
         number(path, "temperature", self.temperature, gt=0, optional=True)
         if self.estimate is not None:
             choice(path, "estimate", self.estimate, HICS_ESTIMATES)
@@ -132,29 +134,32 @@ class HiCSOptions(MethodOptions):
         choice(path, "ward", self.ward, WARD_MODES)
 
     def resolved_estimate(self) -> str:
-        """The estimate, unset following ``variant``."""
+        """Return the estimate, unset following ``variant``."""
         return self.estimate or ("bias" if self.variant == "authors" else "unit")
 
     def resolved_temperature(self) -> float:
-        """The temperature, unset following the estimate."""
+        """Return the temperature, unset following the estimate."""
         return self.temperature if self.temperature is not None else DEFAULT_TEMPERATURE[self.resolved_estimate()]
 
     def resolved_refresh(self) -> str:
-        """The refresh rule, unset following ``variant`` (the paper re-estimates a client
-        whenever it trains; the authors' code keeps each client's warm-up estimate)."""
+        """Return the refresh rule, unset following ``variant`` (the paper re-estimates a client
+        whenever it trains; the authors' code keeps each client's warm-up estimate).
+        """
         return self.refresh or ("frozen" if self.variant == "authors" else "every-round")
 
 
 @dataclass
 class PowDOptions(MethodOptions):
     """Power-of-Choice (Cho et al., 2020): ``d`` candidates (0: all online) report their
-    loss on the global model; the K highest train."""
+    loss on the global model; the K highest train.
+    """
 
     PARTS: ClassVar[tuple[str, ...]] = ("pow-d",)
 
     d: int = 0
 
     def validate(self, path: str) -> None:
+        """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
         number(path, "d", self.d, ge=0)
 
 
@@ -167,6 +172,7 @@ class ClusteredOptions(MethodOptions):
     ward: str = "exact"
 
     def validate(self, path: str) -> None:
+        """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
         choice(path, "ward", self.ward, WARD_MODES)
 
 
@@ -175,7 +181,8 @@ class DivFLOptions(MethodOptions):
     """DivFL (Balakrishnan et al., 2022): greedy facility location over update proxies:
     ``stale`` (each client's latest update) or ``ideal`` (every online client trains on the
     current model before the selection; ``probe_steps`` > 0 shortens that probe to so many
-    local steps, 0: the round's local training)."""
+    local steps, 0: the round's local training).
+    """
 
     PARTS: ClassVar[tuple[str, ...]] = ("divfl",)
 
@@ -183,6 +190,7 @@ class DivFLOptions(MethodOptions):
     probe_steps: int = 0
 
     def validate(self, path: str) -> None:
+        """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
         choice(path, "proxies", self.proxies, ("stale", "ideal"))
         number(path, "probe_steps", self.probe_steps, ge=0)
 
@@ -193,7 +201,8 @@ class FedCorOptions(MethodOptions):
     (every online client reports its loss in the ``warmup`` random rounds and in 2 of every
     ``refresh`` rounds; 0: never refit), client embeddings of ``rank`` dimensions fitted to
     the last ``history`` loss-change vectors; ``discount`` lowers the assumed drop of a
-    client per selection since the last fit."""
+    client per selection since the last fit.
+    """
 
     PARTS: ClassVar[tuple[str, ...]] = ("fedcor",)
 
@@ -204,6 +213,7 @@ class FedCorOptions(MethodOptions):
     discount: float = 0.9
 
     def validate(self, path: str) -> None:
+        """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
         number(path, "warmup", self.warmup, ge=1)
         if self.refresh == 1:
             raise ConfigError(f"{path}.refresh", 1, "must be 0 (never) or >= 2 (two queries per refresh)")
@@ -262,6 +272,7 @@ class AwareOptions(MethodOptions):
     max_age: Optional[int] = None  # solve over momenta refreshed in the last A+1 rounds (null: all)
 
     def validate(self, path: str) -> None:
+        """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
         number(path, "momentum", self.momentum, gt=0, le=1)
         number(path, "iters", self.iters, ge=1, optional=True)
         number(path, "tol", self.tol, gt=0)
@@ -274,7 +285,7 @@ class AwareOptions(MethodOptions):
         number(path, "max_age", self.max_age, ge=0, optional=True)
 
     def solver_iters(self) -> int:
-        """The iteration cap, unset following the solver."""
+        """Return the iteration cap, unset following the solver."""
         return self.iters if self.iters is not None else AWARE_SOLVER_ITERS[self.solver]
 
 
@@ -287,13 +298,15 @@ class FedAvgMOptions(MethodOptions):
     momentum: float = 0.9
 
     def validate(self, path: str) -> None:
+        """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
         number(path, "momentum", self.momentum, ge=0, lt=1)
 
 
 @dataclass
 class AdaptiveOptions(MethodOptions):
     """The adaptive server optimisers (Reddi et al., 2021; FedAMS): ``beta1``, ``beta2``
-    and ``tau`` (the adaptivity epsilon)."""
+    and ``tau`` (the adaptivity epsilon).
+    """
 
     PARTS: ClassVar[tuple[str, ...]] = ("fedadam", "fedyogi", "fedadagrad", "fedams")
 
@@ -302,6 +315,7 @@ class AdaptiveOptions(MethodOptions):
     tau: float = 1e-3
 
     def validate(self, path: str) -> None:
+        """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
         number(path, "beta1", self.beta1, ge=0, lt=1)
         number(path, "beta2", self.beta2, ge=0, lt=1)
         number(path, "tau", self.tau, gt=0)
@@ -311,13 +325,15 @@ class AdaptiveOptions(MethodOptions):
 class FedAMSOptions(MethodOptions):
     """FedAMS (Wang et al., 2022): ``epsilon_at`` ``max`` (the paper's v_hat = max(v_hat,
     v, eps), step m / sqrt(v_hat)) or ``denominator`` (step m / (sqrt(v_hat) + eps),
-    FedAMSGrad)."""
+    FedAMSGrad).
+    """
 
     PARTS: ClassVar[tuple[str, ...]] = ("fedams",)
 
     epsilon_at: str = "max"
 
     def validate(self, path: str) -> None:
+        """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
         choice(path, "epsilon_at", self.epsilon_at, ("max", "denominator"))
 
 
@@ -330,13 +346,15 @@ class TrimmedMeanOptions(MethodOptions):
     beta: float = 0.2
 
     def validate(self, path: str) -> None:
+        """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
         number(path, "beta", self.beta, ge=0, lt=0.5)
 
 
 @dataclass
 class KrumOptions(MethodOptions):
     """Krum, MultiKrum and Bulyan (Flower's): ``num_malicious`` is f, the Byzantine
-    clients tolerated; ``num_selected`` the replies MultiKrum averages (null: n - f)."""
+    clients tolerated; ``num_selected`` the replies MultiKrum averages (null: n - f).
+    """
 
     PARTS: ClassVar[tuple[str, ...]] = ("krum", "multikrum", "bulyan")
     FIELD_PARTS: ClassVar[dict[str, tuple[str, ...]]] = {"num_selected": ("multikrum",)}
@@ -345,6 +363,7 @@ class KrumOptions(MethodOptions):
     num_selected: Optional[int] = None
 
     def validate(self, path: str) -> None:
+        """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
         number(path, "num_malicious", self.num_malicious, ge=0)
         number(path, "num_selected", self.num_selected, ge=1, optional=True)
 
@@ -360,7 +379,8 @@ class SessionAwareOptions(MethodOptions):
     stored last models of ``pilot_sessions`` (P) sessions, d between session gradients of
     ``gradient_rounds`` (V) rounds, R = ``similarity_scale``; ``distance`` ``l2`` (the
     spec) or ``normalized`` (the authors' code: the mean over weight tensors of the
-    distance between unit-length gradients; docs/session-init.md)."""
+    distance between unit-length gradients; docs/session-init.md).
+    """
 
     PARTS: ClassVar[tuple[str, ...]] = ("session-aware",)
 
@@ -370,6 +390,7 @@ class SessionAwareOptions(MethodOptions):
     distance: str = "l2"
 
     def validate(self, path: str) -> None:
+        """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
         number(path, "pilot_sessions", self.pilot_sessions, ge=1)
         number(path, "gradient_rounds", self.gradient_rounds, ge=1)
         number(path, "similarity_scale", self.similarity_scale, ge=0)
@@ -389,6 +410,7 @@ class FedProxOptions(MethodOptions):
     mu: float = 0.01
 
     def validate(self, path: str) -> None:
+        """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
         number(path, "mu", self.mu, ge=0)
 
 
@@ -399,7 +421,8 @@ class BHerdOptions(MethodOptions):
     weighted sum. ``dtype``: precision of the stored gradients; ``max_stored`` (0: no
     bound): store at most this many gradient rows, consecutive steps summed into blocks;
     ``base``: ``fedavg``, ``fednova`` or ``scaffold``, the method BHerd is combined with
-    (GraB takes ``fedavg`` only; see ``docs/bherd.md``)."""
+    (GraB takes ``fedavg`` only; see ``docs/bherd.md``).
+    """
 
     PARTS: ClassVar[tuple[str, ...]] = ("bherd", "grab")
     FIELD_PARTS: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -414,6 +437,7 @@ class BHerdOptions(MethodOptions):
     base: str = "fedavg"
 
     def validate(self, path: str) -> None:
+        """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
         number(path, "alpha", self.alpha, gt=0, le=1)
         choice(path, "dtype", self.dtype, FLOAT_DTYPES)
         number(path, "max_stored", self.max_stored, ge=0)
@@ -423,26 +447,30 @@ class BHerdOptions(MethodOptions):
 @dataclass
 class FedDynOptions(MethodOptions):
     """FedDyn (Acar et al., 2021): the client minimises its loss - <g_k, w> + ``alpha``/2
-    ||w - w_g||^2; the server shifts the average by -h / ``alpha``."""
+    ||w - w_g||^2; the server shifts the average by -h / ``alpha``.
+    """
 
     PARTS: ClassVar[tuple[str, ...]] = ("feddyn",)
 
     alpha: float = 0.01
 
     def validate(self, path: str) -> None:
+        """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
         number(path, "alpha", self.alpha, gt=0)
 
 
 @dataclass
 class FedCMOptions(MethodOptions):
     """FedCM (Xu et al., 2021): local steps along ``alpha`` g + (1 - ``alpha``) Delta,
-    Delta the server's global momentum."""
+    Delta the server's global momentum.
+    """
 
     PARTS: ClassVar[tuple[str, ...]] = ("fedcm",)
 
     alpha: float = 0.1
 
     def validate(self, path: str) -> None:
+        """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
         number(path, "alpha", self.alpha, gt=0, le=1)
 
 

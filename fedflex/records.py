@@ -39,7 +39,7 @@ def record_key(prefix: str, name: str) -> str:
 
 
 def to_record(obj: Any, prefix: str, only: Optional[Iterable[str]] = None) -> dict[str, Any]:
-    """The scalar fields of dataclass ``obj`` (those named in ``only``, when given; a
+    """Return the scalar fields of dataclass ``obj`` (those named in ``only``, when given; a
     nested dataclass's fields as ``section.field``, or all of them under ``section``) as
     ConfigRecord entries; ``None`` values are left out. A list of ints (e.g.
     ``client.epochs_range``) travels as a ConfigRecord list.
@@ -77,11 +77,12 @@ def _under(names: set[str], section: str) -> set[str]:
 
 
 def from_record(cls: type[T], record: Mapping[str, Any], prefix: str) -> T:
-    """An instance of dataclass ``cls`` from the entries :func:`to_record` wrote; fields
-    the record lacks take their defaults. Values are cast to the field's type."""
+    """Return an instance of dataclass ``cls`` from the entries :func:`to_record` wrote; fields
+    the record lacks take their defaults. Values are cast to the field's type.
+    """
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
+    for f in dataclasses.fields(typing.cast(Any, cls)):
         key = record_key(prefix, f.name)
         if isinstance(hints[f.name], type) and dataclasses.is_dataclass(hints[f.name]):
             kwargs[f.name] = from_record(hints[f.name], record, key)

@@ -7,7 +7,7 @@ Runs are the directories ``method=<name>,seed=<s>`` of a ``fedflex sweep`` over 
 ``method`` axis (scenarios/studies/composition_*.yaml). A method's parts are the names
 joined by ``+`` (``hics+fedaware``: hics and fedaware), a trailing ``-<mechanism>`` aside
 (``hics+fedaware-age10``: the same parts with a mechanism switched on); ``all4`` is hics,
-fedaware, session and fedprox. The figures per run come from ``fedflex compare``'s
+fedaware, session and fedprox (``all4-age10`` too). The figures per run come from ``fedflex compare``'s
 :func:`fedflex.study.compare.run_figures` (rounds to the target on the raw and the
 Savitzky-Golay-smoothed curve, the mean test accuracy over the last 10% of rounds, e-LUDD).
 """
@@ -31,7 +31,7 @@ NAME = re.compile(r"^method=(?P<method>[^,]+),seed=(?P<seed>\d+)$")
 
 def parts(method: str) -> tuple[str, ...]:
     """The single methods a composition is made of (one for a single method)."""
-    if method == "all4":
+    if method.split("-")[0] == "all4":
         return ALL4
     names = method.split("+")
     names[-1] = names[-1].split("-")[0] if "-" in names[-1] and len(names) > 1 else names[-1]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from logging import WARNING
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, cast
 
 from flwr.common import log
 
@@ -62,12 +62,12 @@ SEED_OFFSETS = {
 
 
 def seed(cfg: ScenarioConfig, part: str) -> int:
-    """The seed of part ``part``'s generator."""
+    """Return the seed of part ``part``'s generator."""
     return cfg.seed + SEED_OFFSETS[part]
 
 
 def _server_opt(cls, *sections: str):
-    """A server optimiser from the aggregator's common options and the fields of its sections."""
+    """Return a factory of a server optimiser from the aggregator's common options and the fields of its sections."""
 
     def make(cfg: ScenarioConfig, model: ModelInfo):
         a = cfg.strategy.aggregator
@@ -141,7 +141,7 @@ INITIALIZERS: dict[str, Callable[[ScenarioConfig, ModelInfo], Initializer]] = {
     "average": lambda cfg, model: AverageInitializer(),
     "session-aware": lambda cfg, model: SessionAwareInitializer(
         cfg.strategy.initializer.session_aware,
-        clients_per_round=cfg.strategy.sampler.clients_per_round,
+        clients_per_round=cast(int, cfg.strategy.sampler.clients_per_round),  # filled by validate
         seed=seed(cfg, "session-aware"),
     ),
 }
@@ -157,7 +157,8 @@ def _aggregator(cfg: ScenarioConfig, model: ModelInfo) -> Aggregator:
 
 def _bherd_aggregator(cfg: ScenarioConfig) -> BHerdAggregator:
     """BHerd's step with the divisor of the local rule: configured alpha (bherd),
-    reported alpha_t (grab) or FedNova's tau_eff / k_i (bherd on fednova)."""
+    reported alpha_t (grab) or FedNova's tau_eff / k_i (bherd on fednova).
+    """
     r, a = cfg.strategy.local_rule, cfg.strategy.aggregator
     divisor = "reported" if r.name == "grab" else ("fednova" if r.bherd.base == "fednova" else "alpha")
     if cfg.client.momentum > 0:
@@ -251,8 +252,9 @@ ROBUST_RULES = ("sgd", "fedprox")
 
 def _check_robust(cfg: ScenarioConfig) -> None:
     """Robust aggregators and clipping: refuse what cannot work or would not be robust,
-    warn about what amounts to something plainer."""
-    s, a, k = cfg.strategy, cfg.strategy.aggregator, cfg.strategy.sampler.clients_per_round
+    warn about what amounts to something plainer.
+    """
+    s, a, k = cfg.strategy, cfg.strategy.aggregator, cast(int, cfg.strategy.sampler.clients_per_round)
     f, selected = a.krum.num_malicious, a.krum.num_selected
     if a.name in ROBUST_AGGREGATORS and s.local_rule.name not in ROBUST_RULES:
         raise ConfigError(
@@ -329,9 +331,10 @@ def _sampler(cfg: ScenarioConfig, model: ModelInfo) -> Sampler:
 
 
 def reply_limits(cfg: ScenarioConfig, client_sizes: Optional[Mapping[int, int]] = None) -> ReplyLimits:
-    """The limits of ``strategy.replies``: ``num-examples`` bounded by ``client_sizes``
+    """Return the limits of ``strategy.replies``: ``num-examples`` bounded by ``client_sizes``
     (client id -> examples it holds) or by ``max_num_examples``; the local rule's own
-    records are added by the strategy."""
+    records are added by the strategy.
+    """
     r = cfg.strategy.replies
     return ReplyLimits(
         sizes=dict(client_sizes or {}),
@@ -343,8 +346,9 @@ def reply_limits(cfg: ScenarioConfig, client_sizes: Optional[Mapping[int, int]] 
 def build_parts(
     cfg: ScenarioConfig, model_info: Optional[ModelInfo] = None
 ) -> tuple[Sampler, Aggregator, Initializer, ServerRule]:
-    """The four parts a scenario names (checked by :func:`check_parts` first); each
-    factory gets the scenario and the model's description."""
+    """Return the four parts a scenario names (checked by :func:`check_parts` first); each
+    factory gets the scenario and the model's description.
+    """
     check_parts(cfg)
     model = model_info or ModelInfo()
     s = cfg.strategy
@@ -362,7 +366,7 @@ def build_strategy(
     model_info: Optional[ModelInfo] = None,
     client_sizes: Optional[Mapping[int, int]] = None,
 ) -> FedFlex:
-    """The strategy a scenario describes (its parts looked up by name,
+    """Return the strategy a scenario describes (its parts looked up by name,
     :func:`build_parts`). ``client_sizes``: client id -> the examples it holds (its
     partition), the bound of its ``num-examples``.
     """
@@ -377,7 +381,7 @@ def build_strategy(
         clients_per_round=s.sampler.clients_per_round,
         min_clients=s.sampler.min_clients,
         availability=availability,
-        tracker=SessionTracker(cfg.churn.min_session_rounds, cfg.churn.change_threshold),
+        tracker=SessionTracker(cast(int, cfg.churn.min_session_rounds), cast(float, cfg.churn.change_threshold)),
         on_too_few=cfg.churn.on_too_few,
         local_rule=s.local_rule.name,
         query_timeout=cfg.deployment.query_timeout,

@@ -117,7 +117,8 @@ class MomentumStore:
 
     def get(self, rows: Rows, dtype: Any = np.float64) -> np.ndarray:
         """Rows as ``dtype`` (float64 or float32), [len(rows), d]. A float32 slice of a
-        float32 store is a read-only view (no copy)."""
+        float32 store is a read-only view (no copy).
+        """
         if self.dtype == "bfloat16":
             import torch
 
@@ -366,6 +367,7 @@ class AwareCore:
         lam[active_ids] = res.weights
         self.last_weights = lam
         if self.memory == "full":
+            assert self.store is not None  # allocated with the memory
             coef = res.weights * (scale if scale is not None else 1.0)
             nz = np.flatnonzero(coef)
             d = coef[nz] @ self.store.get(active_ids[nz]) if nz.size else np.zeros(self.store.dim)
@@ -401,6 +403,7 @@ class AwareCore:
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         state: dict[str, Any] = {
             "has": self.has.copy(),
             "warm": self.warm,
@@ -417,6 +420,7 @@ class AwareCore:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.has = np.asarray(state["has"], dtype=bool).copy()
         self.warm = bool(state["warm"])
         # checkpoints of fedflex before max_age: ages start from the resume
@@ -431,6 +435,7 @@ class AwareCore:
             self.gram = np.asarray(state["gram"], dtype=np.float64).copy()
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return (
             f"momentum={self.momentum}, normalize={self.normalize}, warmup={self.warmup}, "
             f"memory={self.memory}{f'({self.layers})' if self.memory == 'last-layers' else ''}, "
@@ -440,7 +445,7 @@ class AwareCore:
 
 
 def _online(ctx: Optional[RoundContext], server_round: int) -> Optional[np.ndarray]:
-    """The clients online this round, when the strategy tells (its round facts)."""
+    """Return the clients online this round, when the strategy tells (its round facts)."""
     facts = ctx.facts if ctx is not None else None
     if facts is None or facts.round != server_round or len(facts.online) == 0:
         return None
@@ -448,7 +453,7 @@ def _online(ctx: Optional[RoundContext], server_round: int) -> Optional[np.ndarr
 
 
 def _step(global_arrays: Arrays, direction: np.ndarray, factor: float, updates: list[ClientUpdate]) -> Arrays:
-    """x + factor * direction over the float entries (dtype kept); others from the first reply."""
+    """Return x + factor * direction over the float entries (dtype kept); others from the first reply."""
     out: Arrays = OrderedDict()
     offset = 0
     for key, x in global_arrays.items():
@@ -495,6 +500,7 @@ class FedAwareAggregator(Aggregator):
         self._zero_logged = False
 
     def aggregate(self, server_round: int, global_arrays: Arrays, updates: list[ClientUpdate]) -> Arrays:
+        """Return the next global model from the global model and the round's replies."""
         d = self.core.direction(global_arrays, updates, _online(self.ctx, server_round))
         self._metrics = dict(self.core.metrics)
         if d is None:
@@ -517,19 +523,24 @@ class FedAwareAggregator(Aggregator):
         return new
 
     def round_metrics(self) -> dict[str, Any]:
+        """Return this round's figures for the round's row of metrics.jsonl."""
         return dict(self._metrics)
 
     def on_model_switch(self, server_round: int) -> None:
+        """React to the initializer replacing the global model (state is reset when configured)."""
         if self.core.reset_on_switch:
             self.core.reset()
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {"core": self.core.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.core.load_state_dict(state["core"])
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return (
             f"fedaware({self.core.summary()}, rescale={self.rescale}, server_lr={self.server_lr}, "
             f"weighted={self.weighted})"
@@ -546,6 +557,7 @@ class AwarePlugin(PartWrapper, Aggregator):
     """
 
     name = "aware"
+    base: Aggregator
 
     def __init__(
         self,
@@ -563,6 +575,7 @@ class AwarePlugin(PartWrapper, Aggregator):
         self._metrics: dict[str, Any] = {}
 
     def aggregate(self, server_round: int, global_arrays: Arrays, updates: list[ClientUpdate]) -> Arrays:
+        """Return the next global model from the global model and the round's replies."""
         d = self.core.direction(global_arrays, updates, _online(self.ctx, server_round))
         base_new = self.base.aggregate(server_round, global_arrays, updates)
         self._metrics = dict(self.base.round_metrics())
@@ -582,19 +595,24 @@ class AwarePlugin(PartWrapper, Aggregator):
         return new
 
     def round_metrics(self) -> dict[str, Any]:
+        """Return this round's figures for the round's row of metrics.jsonl."""
         return dict(self._metrics)  # the base's figures (taken in aggregate) and AWARE's
 
     def on_model_switch(self, server_round: int) -> None:
+        """React to the initializer replacing the global model (state is reset when configured)."""
         super().on_model_switch(server_round)
         if self.core.reset_on_switch:
             self.core.reset()
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {"base": self.base.state_dict(), "core": self.core.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.base.load_state_dict(state["base"])
         self.core.load_state_dict(state["core"])
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return f"{self.base.summary()} x aware({self.core.summary()})"

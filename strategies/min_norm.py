@@ -17,7 +17,7 @@ import numpy as np
 
 
 def two_point(v1v1: float, v1v2: float, v2v2: float) -> float:
-    """The weight c of v1 in min_c ||c v1 + (1 - c) v2||^2, by the spec's two-point rule.
+    """Return the weight c of v1 in min_c ||c v1 + (1 - c) v2||^2, by the spec's two-point rule.
 
     Parameters
     ----------
@@ -41,7 +41,8 @@ def two_point(v1v1: float, v1v2: float, v2v2: float) -> float:
 
 def _scaled_gram(gram: np.ndarray, scale: Optional[np.ndarray]) -> Callable[[int], np.ndarray]:
     """Column t of S G S (S = diag(scale)), without forming S G S (read as row t: G is
-    symmetric, and a row is contiguous)."""
+    symmetric, and a row is contiguous).
+    """
     if scale is None:
         return lambda t: gram[t]
     return lambda t: scale * gram[t] * scale[t]
@@ -50,7 +51,7 @@ def _scaled_gram(gram: np.ndarray, scale: Optional[np.ndarray]) -> Callable[[int
 def best_pair(
     gram: np.ndarray, scale: Optional[np.ndarray] = None, block_elems: int = 4_000_000
 ) -> tuple[int, int, float, float]:
-    """The pair (i < j) whose best two-point combination has the smallest norm.
+    """Return the pair (i < j) whose best two-point combination has the smallest norm.
 
     Parameters
     ----------
@@ -95,15 +96,16 @@ def best_pair(
         if cost[r, jj] < best[0]:
             i, j = b0 + r, b0 + 1 + jj
             best = (float(cost[r, jj]), i, j, two_point(float(diag[i]), float(v1v2[r, jj]), float(diag[j])))
-    cost, i, j, c = best
-    return i, j, c, cost
+    best_cost, i, j, c = best
+    return i, j, c, best_cost
 
 
 @dataclass
 class MinNormResult:
     """A min-norm solve's answer: the weights, ||sum_i w_i v_i||^2, the iterations run,
     and the Frank-Wolfe duality gap lambda.M.lambda - min_i (M lambda)_i at the answer
-    (>= 0; ``value`` exceeds the optimum by at most twice the gap)."""
+    (>= 0; ``value`` exceeds the optimum by at most twice the gap).
+    """
 
     weights: np.ndarray
     value: float
@@ -112,14 +114,15 @@ class MinNormResult:
 
     @property
     def relative_gap(self) -> float:
-        """gap / value (0 when the value is 0): what ``aware_gap`` reports."""
+        """Return gap / value (0 when the value is 0): what ``aware_gap`` reports."""
         return self.gap / self.value if self.value > 0 else 0.0
 
 
 def _start(gram: np.ndarray, scale: Optional[np.ndarray]):
     """Both solvers' start: the checked Gram matrix's column accessor, its (scaled)
     diagonal, lambda at the best pair (:func:`best_pair`) and M lambda; or the answer
-    itself for one vector."""
+    itself for one vector.
+    """
     gram = np.asarray(gram)
     if gram.ndim != 2 or gram.shape[0] != gram.shape[1] or gram.shape[0] == 0:
         raise ValueError(f"gram must be a non-empty square matrix, got shape {gram.shape}")

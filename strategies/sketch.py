@@ -1,6 +1,7 @@
 """CountSketch: feature hashing of long vectors to a fixed size, the update proxies that
 Clustered Sampling (:mod:`strategies.clustered`) and DivFL (:mod:`strategies.divfl`)
-store per client."""
+store per client.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ class CountSketch:
         self._sign = np.zeros(0, dtype=np.float64)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        """Return the sketch of ``x`` (flattened; short vectors are returned as they are)."""
         x = np.ravel(np.asarray(x, dtype=np.float64))
         if x.size <= self.dim:
             return x.astype(np.float32)

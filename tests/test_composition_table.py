@@ -37,6 +37,7 @@ def test_parts_of_a_name():
     assert ct.parts("hics+fedaware") == ("hics", "fedaware")
     assert ct.parts("hics+fedaware-age10") == ("hics", "fedaware")
     assert ct.parts("all4") == ("hics", "fedaware", "session", "fedprox")
+    assert ct.parts("all4-age10") == ("hics", "fedaware", "session", "fedprox")
     assert ct.parts("fedaware") == ("fedaware",)
 
 

@@ -44,6 +44,7 @@ class RunClock:
         self.t0 = time.perf_counter()
 
     def total(self) -> float:
+        """Return the seconds the run has taken, earlier sessions of a resumed run included."""
         return self.previous + time.perf_counter() - self.t0
 
 
@@ -56,6 +57,7 @@ class OnlineLabelRows:
         self._cache: dict[tuple[int, ...], torch.Tensor] = {}
 
     def __call__(self, online: list[int]) -> torch.Tensor:
+        """Return the test-set rows of the labels the ``online`` clients hold (cached by online set)."""
         key = tuple(online)
         if key not in self._cache:
             labels = sorted(set().union(*(self.client_labels[c] for c in online))) if online else []
@@ -66,7 +68,8 @@ class OnlineLabelRows:
 
 class TestSetEvaluation:
     """``evaluate_fn``: test loss and accuracy every ``evaluation.every`` rounds and after
-    the last one; ``online-accuracy`` too with ``evaluation.online_labels``."""
+    the last one; ``online-accuracy`` too with ``evaluation.online_labels``.
+    """
 
     def __init__(
         self, cfg: ScenarioConfig, model: torch.nn.Module, test: ArrayDataset, client_labels: list[frozenset[int]]
@@ -77,6 +80,7 @@ class TestSetEvaluation:
         self.online_rows = OnlineLabelRows(test.y, client_labels) if cfg.evaluation.online_labels else None
 
     def __call__(self, record, arrays: ArrayRecord) -> Optional[MetricRecord]:
+        """Evaluate ``arrays`` on the test set when this round is due; return the metrics or None."""
         if record.round % self.every and record.round != self.last:
             return None
         self.model.load_state_dict(arrays.to_torch_state_dict())
@@ -92,12 +96,14 @@ class TestSetEvaluation:
 
 class RowWriter:
     """Every record (extra rounds of parts included) to metrics.jsonl (``recorder``) and to
-    the progress display; ``rows``, when given, also receives each row."""
+    the progress display; ``rows``, when given, also receives each row.
+    """
 
     def __init__(self, recorder, progress, rows: Optional[list[dict[str, Any]]] = None) -> None:
         self.recorder, self.progress, self.rows = recorder, progress, rows
 
     def after_round(self, record, arrays: ArrayRecord) -> bool:
+        """Write the round's row (results file, progress)."""
         row = record.to_json()
         if self.recorder is not None:
             self.recorder.log_round(row)
@@ -111,7 +117,8 @@ class Tracking:
     """Every record's numeric fields to the experiment trackers
     (:mod:`fedflex.tracking`); the flattened config when made, the summary's numbers at
     :meth:`finish`. A tracker that fails during the run is logged and dropped: the run
-    and its files go on."""
+    and its files go on.
+    """
 
     def __init__(self, trackers: list[Tracker], config: dict[str, Any]) -> None:
         self.trackers = list(trackers)
@@ -129,6 +136,7 @@ class Tracking:
                 self.trackers.remove(tracker)
 
     def after_round(self, record, arrays: Optional[ArrayRecord] = None) -> bool:
+        """Send the round's scalars to every tracker."""
         row = record.to_json()
         self.last_round = max(self.last_round, int(row["round"]))
         scalars = row_scalars(row)
@@ -136,6 +144,7 @@ class Tracking:
         return False
 
     def finish(self, summary: dict[str, Any]) -> None:
+        """Send the summary's figures and the status to every tracker."""
         values, status = numeric(summary), str(summary.get("status"))
         self._each(lambda t: t.finish(values, status, self.last_round))
 
@@ -180,6 +189,7 @@ class StopRules:
         return self._decided[record.round]
 
     def after_round(self, record, arrays: Optional[ArrayRecord] = None) -> bool:
+        """Return True when a stop rule says the run ends after this (training) round."""
         if getattr(record, "phase", "train") != "train":
             return False  # an extra round of a part: the round it belongs to decides
         return self.decide(record, arrays)[0]
@@ -228,7 +238,8 @@ class StopRules:
 class Checkpointer:
     """The server state every ``every`` rounds (0: never), after the last round, and
     after a round a stop rule ends resumably (a signal: even with ``every`` 0, so that
-    the run can be resumed); after the round's row is written (observers run in order)."""
+    the run can be resumed); after the round's row is written (observers run in order).
+    """
 
     def __init__(
         self,
@@ -242,6 +253,7 @@ class Checkpointer:
         self.stops, self.clock = stops, clock
 
     def after_round(self, record, arrays: Optional[ArrayRecord] = None) -> bool:
+        """Write a checkpoint when one is due (every ``checkpoint_every`` rounds, at a stop or a signal)."""
         if getattr(record, "phase", "train") != "train":
             return False
         server_round = record.round
