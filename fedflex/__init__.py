@@ -40,7 +40,7 @@ _EXPORTS = {
     "Run": "fedflex.launch.api",
     "ScenarioConfig": "fedflex.config",
     "ConfigError": "fedflex.config",
-    "load_scenario": "fedflex.config",
+    "load_scenario": "fedflex.loader",
     "compare": "fedflex.study.compare",
 }
 
