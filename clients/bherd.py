@@ -92,7 +92,7 @@ def herd_k(alpha: float, tau: int) -> int:
 
 
 def block_sizes(tau: int, max_rows: int) -> list[int]:
-    """Steps per stored row: all ones when ``max_rows`` is 0 or >= tau, else ``max_rows``
+    """Return steps per stored row: all ones when ``max_rows`` is 0 or >= tau, else ``max_rows``
     consecutive blocks of near-equal length (the first ones one longer).
 
     Examples
@@ -175,7 +175,8 @@ def herd_select(gram: np.ndarray | torch.Tensor, k: int) -> list[int]:
 
 def herd_select_naive(vectors: np.ndarray, k: int) -> list[int]:
     """Algorithm 2 written out on the vectors (for tests): centre, then k times pick the
-    unselected vector minimising ||s + c_l|| (lowest index on ties)."""
+    unselected vector minimising ||s + c_l|| (lowest index on ties).
+    """
     z = np.asarray(vectors, dtype=np.float64)
     c = z - z.mean(axis=0)
     s = np.zeros(z.shape[1])
@@ -208,7 +209,8 @@ class GrabBalancer:
     @torch.no_grad()
     def add(self, grad: torch.Tensor) -> bool:
         """Balance one gradient; True when it is selected (||s + z|| < ||s - z||,
-        i.e. <s, z> < 0 since ||s + z||^2 - ||s - z||^2 = 4 <s, z>)."""
+        i.e. <s, z> < 0 since ||s + z||^2 - ||s - z||^2 = 4 <s, z>).
+        """
         grad = grad.to(torch.float32)
         self.mu += grad / self.tau
         z = grad - self.mu
@@ -224,6 +226,7 @@ class GrabBalancer:
 
     @property
     def alpha(self) -> float:
+        """Return the share of gradients selected so far (selected / tau; 0 before any step)."""
         return self.selected / self.tau if self.tau else 0.0
 
 
@@ -267,6 +270,7 @@ class GradientStore:
 
     @property
     def nbytes(self) -> int:
+        """Return the memory the stored gradient rows take, in bytes."""
         rows = [self.rows, *self._grown]
         return sum(r.numel() * r.element_size() for r in rows)
 
@@ -290,7 +294,8 @@ class GradientStore:
     @torch.no_grad()
     def select(self, alpha: float) -> tuple[list[int], torch.Tensor, int]:
         """Herd the stored rows: (selected rows in pick order, g = their float32 sum,
-        number of steps they hold)."""
+        number of steps they hold).
+        """
         if not self.counts:
             return [], torch.zeros_like(self.total), 0
         rows = torch.stack(self._grown) if self.growing else self.rows
@@ -306,7 +311,8 @@ def herd_reply(
 ) -> tuple["OrderedDict[str, torch.Tensor]", dict[str, float]]:
     """Herd a round's stored gradients: g (the ``herd-g`` record, shaped like ``named``,
     on the CPU) and BHerd's reply metrics (tau, k, k / tau, the distance and mean norm of
-    the module docstring). Shared by :func:`bherd_rule` and :class:`clients.helpers.BHerdClient`."""
+    the module docstring). Shared by :func:`bherd_rule` and :class:`clients.helpers.BHerdClient`.
+    """
     order, g, k = store.select(alpha)
     mean = store.total / tau if tau else store.total
     distance = float(torch.linalg.vector_norm(g / k - mean)) if k else math.nan
@@ -329,8 +335,8 @@ def herd_reply(
 
 
 # ---------------------------------------------------------------------------- training loop
-def flat_gradient(params: Sequence[torch.nn.Parameter], weight_decay: float) -> torch.Tensor:
-    """The flattened gradient an SGD step uses: grad (+ weight_decay * p), float32."""
+def flat_gradient(params: Sequence[torch.Tensor], weight_decay: float) -> torch.Tensor:
+    """Return the flattened gradient an SGD step uses: grad (+ weight_decay * p), float32."""
     parts = []
     for p in params:
         g = p.grad if p.grad is not None else torch.zeros_like(p)
@@ -346,10 +352,11 @@ def train_recording(
     on_gradient: Callable[[int, torch.Tensor], None],
     correction: Optional[dict[str, torch.Tensor]] = None,
 ) -> TrainResult:
-    """The local SGD steps of :func:`clients.train.local_train`, handing each step's
+    """Run the local SGD steps of :func:`clients.train.local_train`, handing each step's
     flattened gradient (after ``correction`` is added, before the step) to
     ``on_gradient(step, grad)``. The trajectory is exactly local training's.
     """
+    assert inp.model is not None and inp.data is not None and inp.generator is not None  # None only in clients.helpers
     model, s = inp.model, inp.settings
     named = OrderedDict((k, p) for k, p in model.named_parameters() if p.requires_grad)
     params = list(named.values())
@@ -375,7 +382,7 @@ def train_recording(
 
 
 def unflatten(vector: torch.Tensor, named: "OrderedDict[str, torch.Tensor]") -> "OrderedDict[str, torch.Tensor]":
-    """A flat vector cut into tensors shaped like ``named`` (on the CPU)."""
+    """Return a flat vector cut into tensors shaped like ``named`` (on the CPU)."""
     out: "OrderedDict[str, torch.Tensor]" = OrderedDict()
     offset = 0
     for k, p in named.items():
@@ -400,9 +407,12 @@ def bherd_rule(inp: RuleInput) -> RuleOutput:
     ``bherd_base`` (``scaffold`` runs SCAFFOLD's corrected steps and control variates).
     """
     _check_sgd(inp, "bherd")
+    assert inp.model is not None and inp.data is not None and inp.generator is not None  # None only in clients.helpers
     opts = inp.options
     alpha, dtype, max_rows, base = opts.bherd_alpha, DTYPES[opts.bherd_dtype], opts.bherd_max_stored, opts.bherd_base
-    named = OrderedDict((k, p) for k, p in inp.model.named_parameters() if p.requires_grad)
+    named: "OrderedDict[str, torch.Tensor]" = OrderedDict(
+        (k, p) for k, p in inp.model.named_parameters() if p.requires_grad
+    )
     variates = scaffold_variates(inp, named) if base == "scaffold" else None
     x = {k: p.detach().clone() for k, p in named.items()} if variates is not None else None
     batches = batch_order(len(inp.indices), inp.settings, inp.generator)
@@ -413,6 +423,7 @@ def bherd_rule(inp: RuleInput) -> RuleOutput:
     del store
     extras = {keys.HERD_G: g}
     if variates is not None:
+        assert x is not None
         extras[keys.SCAFFOLD_DC] = scaffold_finish(inp, variates, x, named, result.num_steps)
     return RuleOutput(result, extras=extras, metrics=metrics)
 
@@ -420,7 +431,10 @@ def bherd_rule(inp: RuleInput) -> RuleOutput:
 def grab_rule(inp: RuleInput) -> RuleOutput:
     """GraB-FedAvg's client: plain SGD steps, online balancing, upload g and alpha_i."""
     _check_sgd(inp, "grab")
-    named = OrderedDict((k, p) for k, p in inp.model.named_parameters() if p.requires_grad)
+    assert inp.model is not None and inp.data is not None and inp.generator is not None  # None only in clients.helpers
+    named: "OrderedDict[str, torch.Tensor]" = OrderedDict(
+        (k, p) for k, p in inp.model.named_parameters() if p.requires_grad
+    )
     batches = batch_order(len(inp.indices), inp.settings, inp.generator)
     dim = sum(p.numel() for p in named.values())
     balancer = GrabBalancer(len(batches), torch.zeros(dim, device=inp.device))

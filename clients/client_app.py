@@ -28,7 +28,8 @@ app = ClientApp()
 def train(msg: Message, context: Context) -> Message:
     """Run the message's local rule on this node's partition (:func:`clients.node.train_one`);
     a simulation's cohort message (several clients in one, :mod:`fedflex.launch.cohort_grid`)
-    goes to :func:`clients.cohort_app.train_packed`."""
+    goes to :func:`clients.cohort_app.train_packed`.
+    """
     if keys.COHORT_CLIENTS in msg.content[keys.CONFIG]:
         return train_packed(msg, context)
     return train_one(msg, context)
@@ -50,7 +51,8 @@ def evaluate_local(msg: Message, context: Context) -> Message:
 @app.query()
 def query(msg: Message, context: Context) -> Message:
     """Who is this node (its partition id, the client id fedflex uses everywhere); with
-    ``want-loss``, also the loss of the sent model on its data (Power-of-Choice)."""
+    ``want-loss``, also the loss of the sent model on its data (Power-of-Choice).
+    """
     pid = partition_id(context)
     content = RecordDict({keys.CONFIG: ConfigRecord({keys.PARTITION_ID: pid})})
     config = msg.content.config_records.get(keys.CONFIG)

@@ -41,7 +41,7 @@ import logging
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
 import torch
 from torch import nn
@@ -69,7 +69,8 @@ ADAM_EPS = 1e-8
 @dataclass
 class CohortClient:
     """One client of a cohort: its rows of the worker's data, its random stream and the
-    terms its rule adds to each step."""
+    terms its rule adds to each step.
+    """
 
     indices: torch.Tensor
     generator: torch.Generator
@@ -113,9 +114,10 @@ def _activation_bytes(model: nn.Module, example: torch.Tensor) -> int:
 
 
 def per_client_bytes(model: nn.Module, example: torch.Tensor, batch_size: int, optimizer: str) -> int:
-    """An estimate of one cohort member's memory: its parameters, gradient, optimiser
+    """Return an estimate of one cohort member's memory: its parameters, gradient, optimiser
     state (momentum / Adam moments), step terms and start copy (6-7 model sizes), plus the
-    activations of one batch kept for the backward pass (3x the forward outputs)."""
+    activations of one batch kept for the backward pass (3x the forward outputs).
+    """
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     copies = 7 if optimizer == "adam" else 6
     return copies * param_bytes + 3 * batch_size * _activation_bytes(model, example[:1])
@@ -139,7 +141,8 @@ def cohort_chunk_size(
     model: nn.Module, example: torch.Tensor, settings: TrainSettings, device: torch.device, fraction: float = 0.5
 ) -> int:
     """How many clients fit one chunk: ``fraction`` of the device's free memory (CUDA:
-    ``mem_get_info``; CPU: MemAvailable) over :func:`per_client_bytes`, at least 1."""
+    ``mem_get_info``; CPU: MemAvailable) over :func:`per_client_bytes`, at least 1.
+    """
     need = max(1, per_client_bytes(model, example, settings.batch_size, settings.optimizer))
     return max(1, int(_free_bytes(device) * fraction) // need)
 
@@ -209,7 +212,8 @@ def _schedule(
 ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """Rows ``[K, S, B]`` (padding: the client's first row), per-example weights
     ``[K, S, B]`` (``1/len(batch)``, padding 0) and each client's step count, from each
-    client's own :func:`batch_order`."""
+    client's own :func:`batch_order`.
+    """
     orders = [batch_order(len(c.indices), settings, c.generator) for c in clients]
     k_n, s_n = len(clients), max((len(o) for o in orders), default=0)
     b_n = max((len(pos) for o in orders for pos in o), default=1)
@@ -228,7 +232,8 @@ def _stack(
     terms: Sequence[Optional[dict[str, torch.Tensor]]], like: dict[str, torch.Tensor]
 ) -> Optional[dict[str, torch.Tensor]]:
     """Per-client correction tensors stacked on the client axis (zeros where a client
-    has none); None when no client has one."""
+    has none); None when no client has one.
+    """
     if all(t is None for t in terms):
         return None
     return {
@@ -238,7 +243,7 @@ def _stack(
 
 
 def _expand(vec: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """A ``[K]`` vector shaped to broadcast against a stacked ``[K, ...]`` tensor."""
+    """Return a ``[K]`` vector shaped to broadcast against a stacked ``[K, ...]`` tensor."""
     return vec.reshape(-1, *([1] * (like.dim() - 1)))
 
 
@@ -278,7 +283,8 @@ def train_cohort(
     rows, weights = rows[pos], weights[pos]
     live = [sum(1 for k in order if counts[k] > s) for s in range(rows.shape[1])]  # clients at step s
     params, losses = _train_sorted(model, data, [clients[k] for k in order], rows, weights, live, settings, device)
-    results, trained = [None] * len(clients), [None] * len(clients)
+    results: list[Any] = [None] * len(clients)
+    trained: list[Any] = [None] * len(clients)
     for j, k in enumerate(order):
         n = counts[k]
         results[k] = TrainResult(
@@ -298,7 +304,7 @@ def _train_sorted(
     settings: TrainSettings,
     device: torch.device,
 ) -> tuple[dict[str, torch.Tensor], list[float]]:
-    """The batched steps; ``live[s]`` clients (a prefix) train at step ``s``."""
+    """Run the batched steps; ``live[s]`` clients (a prefix) train at step ``s``."""
     k_n = len(clients)
     model.train()
     start = {n: p.detach() for n, p in model.named_parameters()}
@@ -347,13 +353,13 @@ def _train_sorted(
                 if adam:
                     b1, b2 = ADAM_BETAS
                     t = s + 1  # steps are a prefix: every live client is at step s + 1
-                    m1, m2 = state1[n][:m], state2[n][:m]
+                    m1, m2 = cast(dict, state1)[n][:m], cast(dict, state2)[n][:m]
                     m1.mul_(b1).add_(g, alpha=1 - b1)
                     m2.mul_(b2).addcmul_(g, g, value=1 - b2)
                     denom = (m2.sqrt() / math.sqrt(1 - b2**t)).add_(ADAM_EPS)
                     p.sub_(m1 / denom * (lr / (1 - b1**t)))
                 elif momentum:
-                    buf = state1[n][:m]
+                    buf = cast(dict, state1)[n][:m]
                     buf.mul_(momentum).add_(g)
                     p.sub_(buf * lr)
                 else:

@@ -31,7 +31,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, cast
 
 import torch
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
@@ -81,7 +81,7 @@ class CohortTrainer:
             raise ValueError(f"cohort_size = {cohort_size}: must be >= 0 (0: fit the device)")
         self.vectorize = vectorize
         self.cohort_size = cohort_size
-        self._costs: dict[tuple, tuple[float, float]] = {}  # (task, rule, size bucket) -> step costs
+        self._costs: dict[tuple, tuple[float, float, float]] = {}  # (task, rule, size bucket) -> step costs
         self._choice: dict[tuple, bool] = {}  # the last choice per key (logged when it changes)
         self._said: set[str] = set()
         self._fits: dict[tuple, int] = {}  # (task, batch size, optimiser) -> clients that fit the device
@@ -89,8 +89,9 @@ class CohortTrainer:
 
     # ------------------------------------------------------------------ entry point
     def __call__(self, pairs: Sequence[tuple[Message, Context]], deliver: Deliver) -> list[Message]:
-        """Replies to ``pairs``, in order; ``deliver(msg, context)`` answers one message
-        the ordinary way (with the caller's error handling)."""
+        """Return replies to ``pairs``, in order; ``deliver(msg, context)`` answers one message
+        the ordinary way (with the caller's error handling).
+        """
         groups: dict[int, list[int]] = {}
         for i, (msg, _) in enumerate(pairs):
             key = id(msg.content) if msg.metadata.message_type == MessageType.TRAIN else -1 - i
@@ -143,7 +144,8 @@ class CohortTrainer:
 
     def _chunk(self, task: Task, settings: TrainSettings, k: int) -> int:
         """``cohort_size``, or what fits the device, measured once per task and settings
-        (a forward pass with hooks; free memory as the first round found it)."""
+        (a forward pass with hooks; free memory as the first round found it).
+        """
         if self.cohort_size:
             return self.cohort_size
         key = (id(task), settings.batch_size, settings.optimizer)
@@ -156,7 +158,8 @@ class CohortTrainer:
         """``on``: yes. ``auto``: predict this round both ways from step costs timed once
         per (task, rule, cohort size): one by one costs the sum of the clients' steps; a
         cohort's step costs ``c(m)`` for the ``m`` clients still training (linear between
-        the timed 1 and ``size`` clients)."""
+        the timed 1 and ``size`` clients).
+        """
         if self.vectorize == "on":
             return True
         size = min(len(group), chunk)
@@ -205,7 +208,8 @@ class CohortTrainer:
         """Seconds per step: one client one by one (mean over at most CALIBRATION_CLIENTS),
         and batched for 1 and ``len(group)`` clients (on copies: no model, state or random
         stream of the run is touched). A cohort's step cost grows faster than linearly in
-        its size on a CPU, so it is timed at the full size, not extrapolated."""
+        its size on a CPU, so it is timed at the full size, not extrapolated.
+        """
         warm = dataclasses.replace(settings, steps=1, epochs=1)
         probe = dataclasses.replace(settings, steps=CALIBRATION_STEPS, epochs=1)
         indices = [task.client_indices(partition_id(ctx)) for _, ctx in group]
@@ -236,8 +240,9 @@ class CohortTrainer:
 
     # ------------------------------------------------------------------ the cohort
     def _batched(self, group: Sequence[tuple[Message, Context]], deliver: Deliver) -> Optional[list[Message]]:
-        """Replies for one group of train messages with the same content, or None when
-        the group should run one by one."""
+        """Return replies for one group of train messages with the same content, or None when
+        the group should run one by one.
+        """
         first, ctx0 = group[0]
         found = self._can_batch(first, ctx0)
         if found is None:
@@ -271,7 +276,10 @@ class CohortTrainer:
         state = task.model.state_dict()
         for lo in range(0, len(started), chunk):
             part = started[lo : lo + chunk]
-            clients = [CohortClient(inputs[i].indices.to(task.device), inputs[i].generator, st.terms) for i, st in part]
+            clients = [
+                CohortClient(inputs[i].indices.to(task.device), cast(torch.Generator, inputs[i].generator), st.terms)
+                for i, st in part
+            ]
             trained, results = train_cohort(task.model, task.train, clients, settings, task.device)
             for (i, st), y, result in zip(part, trained, results):
                 msg, ctx = group[i]
@@ -286,7 +294,7 @@ class CohortTrainer:
 
 
 def _error_reply(msg: Message, exc: Exception) -> Message:
-    """What Flower makes of a ClientApp that raised (logged at DEBUG)."""
+    """Return what Flower makes of a ClientApp that raised (logged at DEBUG)."""
     logger.debug("cohort member failed", exc_info=True)
     return error_reply(msg, exc)
 
@@ -304,8 +312,9 @@ def train_packed(msg: Message, context: Context) -> Message:
     """Answer a cohort message of :class:`fedflex.launch.cohort_grid.CohortGrid`: train every
     client it names (their node states travel in the message) and pack their replies
     and states into one reply (``<client>|<record>``, ``state|<client>|<record>``, or a
-    ``<client>|cohort-error`` config record for a client whose training failed)."""
-    config = msg.content[keys.CONFIG]
+    ``<client>|cohort-error`` config record for a client whose training failed).
+    """
+    config: Mapping[str, Any] = msg.content[keys.CONFIG]
     clients = [int(c) for c in json.loads(str(config[keys.COHORT_CLIENTS]))]
     setting = (str(config[keys.COHORT_VECTORIZE]), int(config[keys.COHORT_SIZE]))
     trainer = _TRAINERS.setdefault(setting, CohortTrainer(*setting))
@@ -329,7 +338,8 @@ def train_packed(msg: Message, context: Context) -> Message:
             state=states[c],
             run_config=context.run_config,
         )
-        pairs.append((Message(content=shared, metadata=copy.copy(msg.metadata)), ctx))
+        # flwr's Message overloads leave out the metadata keyword its constructor takes
+        pairs.append((Message(content=shared, metadata=copy.copy(msg.metadata)), ctx))  # type: ignore[call-overload]
 
     def deliver(m: Message, ctx: Context) -> Message:
         try:
@@ -341,7 +351,7 @@ def train_packed(msg: Message, context: Context) -> Message:
     for (_msg, ctx), reply in zip(pairs, trainer(pairs, deliver)):
         c = int(ctx.node_config[keys.NODE_PARTITION_ID])
         if reply.has_error():
-            packed[client_record(c, keys.COHORT_ERROR)] = ConfigRecord({"reason": reply.error.reason})
+            packed[client_record(c, keys.COHORT_ERROR)] = ConfigRecord({"reason": cast(str, reply.error.reason)})
             continue
         for name, record in reply.content.items():
             packed[client_record(c, name)] = record

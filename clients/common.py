@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeAlias, cast
 
 import torch
-from flwr.app import RecordDict
+from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
 from fedflex.clients.train import StepTerms, TrainResult, TrainSettings, local_train
@@ -24,11 +24,14 @@ from fedflex.data import ArrayDataset
 
 @dataclass
 class RuleInput:
-    model: nn.Module  # holds the global weights on ``device``
-    data: ArrayDataset  # None for a user's own loop (clients.helpers): only start / finish run there
+    """What a local rule is given: the model holding the global weights, the data, the settings and the options."""
+
+    # model, data and generator are None for a user's own loop (clients.helpers): only start / finish run there
+    model: Optional[nn.Module]  # holds the global weights on ``device``
+    data: Optional[ArrayDataset]
     indices: torch.Tensor
     settings: TrainSettings
-    generator: torch.Generator
+    generator: Optional[torch.Generator]
     device: torch.device
     payload: dict[str, "OrderedDict[str, torch.Tensor]"] = field(default_factory=dict)
     state: Optional[RecordDict] = None  # the node's persistent context state
@@ -39,19 +42,22 @@ class RuleInput:
 
 @dataclass
 class RuleOutput:
+    """What a local rule returns: the training result, its further array records and metrics."""
+
     result: TrainResult
     extras: dict[str, "OrderedDict[str, torch.Tensor]"] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     arrays: Optional["OrderedDict[str, torch.Tensor]"] = None  # None: the model's state dict
 
 
-Params = "OrderedDict[str, torch.Tensor]"
+Params: TypeAlias = "OrderedDict[str, torch.Tensor]"
 
 
 @dataclass
 class RuleStart:
     """What a rule computed before training: the terms each step adds (``terms``) and
-    anything its :attr:`RuleSteps.finish` needs (``context``)."""
+    anything its :attr:`RuleSteps.finish` needs (``context``).
+    """
 
     terms: StepTerms = field(default_factory=StepTerms)
     context: Any = None
@@ -73,7 +79,8 @@ class RuleSteps:
     finish: Callable[["RuleInput", RuleStart, Params, Params, TrainResult], "RuleOutput"]
 
     def run(self, inp: "RuleInput") -> "RuleOutput":
-        """The rule, one client at a time, training ``inp.model`` in place."""
+        """Return the rule, one client at a time, training ``inp.model`` in place."""
+        assert inp.model is not None and inp.data is not None and inp.generator is not None  # a node's data
         params = OrderedDict(inp.model.named_parameters())
         x = OrderedDict((k, p.detach().clone()) for k, p in params.items())
         begun = self.start(inp, x)
@@ -87,7 +94,7 @@ class RuleSteps:
 def load_state(state: Optional[RecordDict], name: str, like: "OrderedDict[str, torch.Tensor]", device) -> dict:
     """Tensors stored in the node state under ``name``, or zeros shaped like ``like``."""
     if state is not None and name in state.array_records:
-        stored = state[name].to_torch_state_dict()
+        stored = cast(ArrayRecord, state[name]).to_torch_state_dict()
         if list(stored) == list(like) and all(stored[k].shape == like[k].shape for k in like):
             return {k: stored[k].to(device) for k in like}
     return {k: torch.zeros_like(p.detach()) for k, p in like.items()}

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import OrderedDict
-from typing import Any, Callable, ClassVar, Mapping, Optional
+from typing import Any, Callable, ClassVar, Mapping, Optional, TypeVar, cast
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
@@ -61,7 +61,7 @@ FLOWER_PROXIMAL_MU = "proximal-mu"
 
 
 def optimizer_settings(optimizer: torch.optim.Optimizer) -> TrainSettings:
-    """The training settings a method reads (optimiser kind, lr, momentum, weight
+    """Return the training settings a method reads (optimiser kind, lr, momentum, weight
     decay) from a torch optimiser's parameter groups, which must agree on them.
 
     Raises
@@ -71,7 +71,9 @@ def optimizer_settings(optimizer: torch.optim.Optimizer) -> TrainSettings:
         or dampening (fedflex's formulas for ||a||_1 assume heavy-ball momentum).
     """
     groups = optimizer.param_groups
-    settings = {(g.get("lr"), g.get("momentum", 0.0), g.get("weight_decay", 0.0)) for g in groups}
+    settings: set[tuple[Any, Any, Any]] = {
+        (g.get("lr"), g.get("momentum", 0.0), g.get("weight_decay", 0.0)) for g in groups
+    }
     if len(settings) > 1:
         raise ValueError("the optimizer's parameter groups differ in lr, momentum or weight decay: use one group")
     lr, momentum, weight_decay = settings.pop()
@@ -82,23 +84,29 @@ def optimizer_settings(optimizer: torch.optim.Optimizer) -> TrainSettings:
     return TrainSettings(optimizer=type(optimizer).__name__.lower(), lr=float(lr), weight_decay=float(weight_decay))
 
 
+_Hook = TypeVar("_Hook", bound="OptimizerHook")
+
+
 class OptimizerHook:
     """While entered (``with``), calls :meth:`on_step` before every ``step()`` of a torch
-    optimiser that :meth:`accepts` (torch's global optimiser step pre-hook)."""
+    optimiser that :meth:`accepts` (torch's global optimiser step pre-hook).
+    """
 
     _handle: Any = None
 
     def accepts(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Return True for an optimiser this hook acts on (every one, unless overridden)."""
         return True
 
     def on_step(self, optimizer: torch.optim.Optimizer) -> None:  # pragma: no cover - overridden
+        """Do the hook's work before ``optimizer`` steps (overridden)."""
         raise NotImplementedError
 
     def _hook(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self.accepts(optimizer):
             self.on_step(optimizer)
 
-    def __enter__(self) -> "OptimizerHook":
+    def __enter__(self: _Hook) -> _Hook:
         if self._handle is not None:
             raise RuntimeError(f"{type(self).__name__} is entered already")
         self._handle = register_optimizer_step_pre_hook(self._hook)
@@ -142,7 +150,7 @@ class ClientHalf(OptimizerHook):
     ) -> None:
         self.net, self.options = net, options
         self.payload, self.state = payload or {}, state
-        self.named = OrderedDict(net.named_parameters())
+        self.named: "OrderedDict[str, torch.Tensor]" = OrderedDict(net.named_parameters())
         self._ids = {id(p) for p in self.named.values()}
         self.start = OrderedDict((k, p.detach().clone()) for k, p in self.named.items())
         self.settings: Optional[TrainSettings] = None
@@ -151,7 +159,7 @@ class ClientHalf(OptimizerHook):
     # ------------------------------------------------------------------ reading the message
     @classmethod
     def from_message(cls, msg: Message, net: nn.Module, context: Optional[Context] = None, **kwargs: Any):
-        """The helper for this train message: the options and records the server half
+        """Return the helper for this train message: the options and records the server half
         sent, the node's state from ``context`` (needed by SCAFFOLD and FedDyn).
 
         Raises
@@ -176,7 +184,7 @@ class ClientHalf(OptimizerHook):
 
     @classmethod
     def read_options(cls, config: Mapping[str, Any]) -> LocalRuleConfig:
-        """The local rule's options from the train config; this method's rule or an error."""
+        """Return the local rule's options from the train config; this method's rule or an error."""
         options = rule_options(config)
         if options.name not in cls.rules:
             raise ValueError(
@@ -187,20 +195,21 @@ class ClientHalf(OptimizerHook):
 
     @classmethod
     def needs_records(cls, options: LocalRuleConfig) -> tuple[str, ...]:
-        """The array records the server half sends with every train message."""
+        """Return the array records the server half sends with every train message."""
         return ()
 
     @classmethod
     def needs_state(cls, options: LocalRuleConfig) -> bool:
+        """Return True when the method keeps per-client state in the node's ``context`` between rounds."""
         return False
 
     # ------------------------------------------------------------------ the steps
     def accepts(self, optimizer: torch.optim.Optimizer) -> bool:
-        """True for an optimiser that steps this helper's model."""
+        """Return True for an optimiser that steps this helper's model."""
         return any(id(p) in self._ids for group in optimizer.param_groups for p in group["params"])
 
     def on_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """The method's work on this step's gradients, before ``optimizer`` steps."""
+        """Do the method's work on this step's gradients, before ``optimizer`` steps."""
         self.settings = optimizer_settings(optimizer)
         if self.needs_sgd and self.settings.optimizer != "sgd":
             raise ValueError(
@@ -212,22 +221,26 @@ class ClientHalf(OptimizerHook):
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         """``optimizer.step()`` with the method's work first (for a loop that calls it
-        instead of using ``with helper:``)."""
+        instead of using ``with helper:``).
+        """
         if self._handle is None:
             self.on_step(optimizer)
         optimizer.step()
 
     def before_step(self) -> None:  # pragma: no cover - overridden
+        """Do the method's work on this step's gradients, before the optimiser steps."""
         raise NotImplementedError
 
     @property
     def device(self) -> torch.device:
+        """Return the device of the model's parameters (the CPU when there are none)."""
         return next(iter(self.named.values())).device if self.named else torch.device("cpu")
 
     def rule_input(self) -> RuleInput:
-        """What fedflex's rule code reads: the model, the settings read from the
+        """Return what fedflex's rule code reads: the model, the settings read from the
         optimiser, the server's records, the node state, the options. There is no data
-        set: the user's loop owns the data."""
+        set: the user's loop owns the data.
+        """
         return RuleInput(
             model=self.net,
             data=None,
@@ -242,12 +255,14 @@ class ClientHalf(OptimizerHook):
 
     # ------------------------------------------------------------------ the reply
     def output(self, num_examples: int) -> RuleOutput:  # pragma: no cover - overridden
+        """Return the rule's output after training: the result, the method's records and metrics."""
         raise NotImplementedError
 
     def reply(self, num_examples: int, metrics: Optional[Mapping[str, Any]] = None) -> RecordDict:
-        """The train reply's content: ``arrays`` (the trained model), the method's
+        """Return the train reply's content: ``arrays`` (the trained model), the method's
         records, and ``metrics`` = the user's ``metrics`` + ``num-examples`` +
-        ``num-steps`` + the method's metrics."""
+        ``num-steps`` + the method's metrics.
+        """
         out = self.output(int(num_examples))
         content = reply_records(self.net, out)
         merged = {**(metrics or {}), keys.NUM_EXAMPLES: int(num_examples), keys.NUM_STEPS: self.num_steps}
@@ -258,14 +273,15 @@ class ClientHalf(OptimizerHook):
 class RuleStepsClient(ClientHalf):
     """A method written as fedflex's :class:`~clients.common.RuleSteps` (start / finish
     around a plain loop): its start's :class:`~clients.train.StepTerms` act on every
-    step's gradients, its finish builds the records."""
+    step's gradients, its finish builds the records.
+    """
 
     steps: ClassVar[RuleSteps]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._begun: Optional[RuleStart] = None
-        self._x: dict[str, torch.Tensor] = {}
+        self._x: "OrderedDict[str, torch.Tensor]" = OrderedDict()
 
     def _begin(self) -> RuleStart:
         if self._begun is None:  # at the first step, where the model lives on the training device
@@ -275,9 +291,11 @@ class RuleStepsClient(ClientHalf):
         return self._begun
 
     def before_step(self) -> None:
+        """Do the method's work on this step's gradients, before the optimiser steps."""
         self._begin().terms.add_to_gradients(self.named, self._x)
 
     def output(self, num_examples: int) -> RuleOutput:
+        """Return the rule's output after training: the result, the method's records and metrics."""
         begun = self._begin()
         y = OrderedDict((k, p.detach()) for k, p in self.named.items())
         result = TrainResult(num_examples=num_examples, num_steps=self.num_steps, train_loss=math.nan)
@@ -286,58 +304,68 @@ class RuleStepsClient(ClientHalf):
 
 class SCAFFOLDClient(RuleStepsClient):
     """SCAFFOLD's client (option II, :mod:`clients.scaffold`): every step's gradient
-    gets ``c - c_i``; the reply carries ``scaffold-dc``; c_i stays in ``context.state``."""
+    gets ``c - c_i``; the reply carries ``scaffold-dc``; c_i stays in ``context.state``.
+    """
 
     method, rules, steps = "SCAFFOLD", ("scaffold",), SCAFFOLD
 
     @classmethod
     def needs_records(cls, options: LocalRuleConfig) -> tuple[str, ...]:
+        """Return the names of the array records the server half sends with every train message."""
         return (keys.SCAFFOLD_C,)
 
     @classmethod
     def needs_state(cls, options: LocalRuleConfig) -> bool:
+        """Return True when the method keeps per-client state in the node's ``context`` between rounds."""
         return True
 
 
 class FedNovaClient(RuleStepsClient):
     """FedNova's client (:mod:`clients.fednova`): the steps are the user's; the reply
-    carries ``fednova-d`` = (x - y) / ||a||_1 and ``fednova-tau`` / ``fednova-a-norm``."""
+    carries ``fednova-d`` = (x - y) / ||a||_1 and ``fednova-tau`` / ``fednova-a-norm``.
+    """
 
     method, rules, steps, needs_sgd = "FedNova", ("fednova",), FEDNOVA, True
 
 
 class FedDynClient(RuleStepsClient):
     """FedDyn's client (:mod:`clients.feddyn`): every step's gradient gets
-    ``-g_k + alpha (w - w_global)``; g_k stays in ``context.state``."""
+    ``-g_k + alpha (w - w_global)``; g_k stays in ``context.state``.
+    """
 
     method, rules, steps = "FedDyn", ("feddyn",), FEDDYN
 
     @classmethod
     def needs_state(cls, options: LocalRuleConfig) -> bool:
+        """Return True when the method keeps per-client state in the node's ``context`` between rounds."""
         return True
 
 
 class FedCMClient(RuleStepsClient):
     """FedCM's client (:mod:`clients.fedcm`): every step moves along
     ``alpha g + (1 - alpha) Delta`` with the server's ``fedcm-delta``; the reply's
-    ``num-steps`` is what the server's momentum update divides by."""
+    ``num-steps`` is what the server's momentum update divides by.
+    """
 
     method, rules, steps, needs_sgd = "FedCM", ("fedcm",), FEDCM, True
 
     @classmethod
     def needs_records(cls, options: LocalRuleConfig) -> tuple[str, ...]:
+        """Return the names of the array records the server half sends with every train message."""
         return (keys.FEDCM_DELTA,)
 
 
 class FedProxClient(RuleStepsClient):
     """FedProx's client: every step's gradient gets ``mu (w - w_global)``, the gradient
     of mu/2 ||w - w_global||^2. Serves Flower's ``FedProx`` (``proximal-mu`` in the
-    config) and a fedflex strategy with local rule ``fedprox``."""
+    config) and a fedflex strategy with local rule ``fedprox``.
+    """
 
     method, rules, steps = "FedProx", ("fedprox",), SGD
 
     @classmethod
     def read_options(cls, config: Mapping[str, Any]) -> LocalRuleConfig:
+        """Read the options from a train config; Flower's ``proximal-mu`` key is taken as FedProx's mu."""
         if FLOWER_PROXIMAL_MU in config:
             return LocalRuleConfig(name="fedprox", mu=float(config[FLOWER_PROXIMAL_MU]))
         return super().read_options(config)
@@ -375,10 +403,12 @@ class BHerdClient(ClientHalf):
 
     @classmethod
     def needs_records(cls, options: LocalRuleConfig) -> tuple[str, ...]:
+        """Return the names of the array records the server half sends with every train message."""
         return (keys.SCAFFOLD_C,) if options.bherd_base == "scaffold" else ()
 
     @classmethod
     def needs_state(cls, options: LocalRuleConfig) -> bool:
+        """Return True when the method keeps per-client state in the node's ``context`` between rounds."""
         return options.bherd_base == "scaffold"
 
     def _begin(self) -> GradientStore:
@@ -393,6 +423,7 @@ class BHerdClient(ClientHalf):
         return self.store
 
     def before_step(self) -> None:
+        """Do the method's work on this step's gradients, before the optimiser steps."""
         store = self._begin()
         if self.steps is not None and self.num_steps >= self.steps:
             raise ValueError(f"BHerdClient: the loop took more than the {self.steps} local steps it declared")
@@ -402,6 +433,7 @@ class BHerdClient(ClientHalf):
         store.add(self.num_steps, flat_gradient(list(self.named.values()), weight_decay))
 
     def output(self, num_examples: int) -> RuleOutput:
+        """Return the rule's output after training: the result, the method's records and metrics."""
         store = self._begin()
         if self.steps is not None and self.num_steps != self.steps:
             raise ValueError(f"BHerdClient: the loop took {self.num_steps} local steps, not the {self.steps} declared")
@@ -457,8 +489,8 @@ def fednova_mod(msg: Message, context: Context, call_next: Callable[[Message, Co
     if watch.settings is not None and watch.settings.optimizer != "sgd":
         stepped = watch.settings.optimizer
         raise ValueError(f"fednova_mod: FedNova needs torch.optim.SGD, the ClientApp stepped {stepped}")
-    x = msg.content[keys.ARRAYS].to_torch_state_dict()
-    y = reply.content[keys.ARRAYS].to_torch_state_dict()
+    x = cast(ArrayRecord, msg.content[keys.ARRAYS]).to_torch_state_dict()
+    y = cast(ArrayRecord, reply.content[keys.ARRAYS]).to_torch_state_dict()
     floats = OrderedDict((k, v) for k, v in y.items() if torch.is_floating_point(v))
     inp = RuleInput(
         model=None,

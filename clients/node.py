@@ -8,10 +8,10 @@ messages and build replies the same way.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional, cast
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from fedflex import keys
 from fedflex.clients.rules import LOCAL_RULES, RuleInput, RuleOutput
@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 
 def partition_id(context: Context) -> int:
+    """Return the partition id of this node (the client id fedflex uses)."""
     try:
         return int(context.node_config[keys.NODE_PARTITION_ID])
     except KeyError:
@@ -33,6 +34,7 @@ def partition_id(context: Context) -> int:
 
 
 def node_task(msg: Message, context: Context) -> Task:
+    """Return the worker's task (data, model) for this message's task spec, built once per worker."""
     config = msg.content[keys.CONFIG]
     data_path = context.node_config.get(keys.NODE_DATA_PATH)
     task = get_task(str(config[keys.TASK]), str(data_path) if data_path else None)
@@ -49,9 +51,10 @@ def node_task(msg: Message, context: Context) -> Task:
 _PARSED: dict[tuple[str, str], tuple[list, Any]] = {}
 
 
-def _parsed(what: str, loss: str, config: ConfigRecord, parse: Callable[[], Any]) -> Any:
-    """``parse()``, or its value for a config with the same items (types included) as
-    last time. The values are frozen or never changed by their users."""
+def _parsed(what: str, loss: str, config: Mapping[str, Any], parse: Callable[[], Any]) -> Any:
+    """Return ``parse()``, or its value for a config with the same items (types included)
+    as last time. The values are frozen or never changed by their users.
+    """
     items = [(k, type(v), v) for k, v in config.items()]
     last = _PARSED.get((what, loss))
     if last is not None and last[0] == items:
@@ -61,9 +64,10 @@ def _parsed(what: str, loss: str, config: ConfigRecord, parse: Callable[[], Any]
     return value
 
 
-def settings_from_config(config: ConfigRecord, loss: str = "cross-entropy") -> TrainSettings:
+def settings_from_config(config: Mapping[str, Any], loss: str = "cross-entropy") -> TrainSettings:
     """Training settings from a train message's ConfigRecord (the scenario's
-    :class:`~fedflex.config.ClientConfig` as the server wrote it) and the task's loss."""
+    :class:`~fedflex.config.ClientConfig` as the server wrote it) and the task's loss.
+    """
     return _parsed(
         "settings",
         loss,
@@ -72,18 +76,19 @@ def settings_from_config(config: ConfigRecord, loss: str = "cross-entropy") -> T
     )
 
 
-def rule_options(config: ConfigRecord) -> LocalRuleConfig:
-    """The local rule's options as its server half wrote them (defaults for the rest)."""
+def rule_options(config: Mapping[str, Any]) -> LocalRuleConfig:
+    """Return the local rule's options as its server half wrote them (defaults for the rest)."""
     return _parsed("rule", "", config, lambda: from_record(LocalRuleConfig, config, keys.LOCAL_RULE))
 
 
 def load_global(task: Task, msg: Message) -> None:
-    state = msg.content[keys.ARRAYS].to_torch_state_dict()
+    """Load the message's global model into the task's model."""
+    state = cast(ArrayRecord, msg.content[keys.ARRAYS]).to_torch_state_dict()
     task.model.load_state_dict(state, strict=True)
 
 
 def payload_of(msg: Message) -> dict:
-    """The server's further array records (e.g. SCAFFOLD's c) as tensors."""
+    """Return the server's further array records (e.g. SCAFFOLD's c) as tensors."""
     return {
         name: record.to_torch_state_dict() for name, record in msg.content.array_records.items() if name != keys.ARRAYS
     }
@@ -92,9 +97,10 @@ def payload_of(msg: Message) -> dict:
 def rule_input(msg: Message, context: Context, task: Task, payload: Optional[dict] = None) -> RuleInput:
     """Everything a local rule gets for this message on this node (the model holds the
     weights loaded last; the caller loads the global model). ``payload``: the message's
-    decoded further records when the caller has them (a cohort decodes them once)."""
+    decoded further records when the caller has them (a cohort decodes them once).
+    """
     pid = partition_id(context)
-    config = msg.content[keys.CONFIG]
+    config: Mapping[str, Any] = msg.content[keys.CONFIG]
     server_round = int(config[keys.SERVER_ROUND])
     options = rule_options(config)
     payload = payload_of(msg) if payload is None else payload
@@ -123,6 +129,7 @@ def rule_input(msg: Message, context: Context, task: Task, payload: Optional[dic
 
 
 def rule_name(msg: Message) -> str:
+    """Return the local rule the message names (refused when this client does not know it)."""
     name = rule_options(msg.content[keys.CONFIG]).name
     if name not in LOCAL_RULES:
         raise ValueError(f"unknown local rule {name!r}; this client knows {sorted(LOCAL_RULES)}")
@@ -130,8 +137,9 @@ def rule_name(msg: Message) -> str:
 
 
 def reply_records(model: torch.nn.Module, out: RuleOutput) -> RecordDict:
-    """A train reply's array records: ``arrays`` (the rule's arrays, else ``model``'s
-    state) and the rule's further records (``out.extras``), on the CPU."""
+    """Return a train reply's array records: ``arrays`` (the rule's arrays, else ``model``'s
+    state) and the rule's further records (``out.extras``), on the CPU.
+    """
     arrays = out.arrays if out.arrays is not None else model.state_dict()
     content = RecordDict({keys.ARRAYS: ArrayRecord({k: v.detach().cpu() for k, v in arrays.items()})})
     for name, tensors in out.extras.items():
@@ -140,9 +148,10 @@ def reply_records(model: torch.nn.Module, out: RuleOutput) -> RecordDict:
 
 
 def build_reply(msg: Message, pid: int, task: Task, out: RuleOutput, drawn: Optional[dict] = None) -> Message:
-    """The train reply: the local model (or the rule's arrays), the rule's further array
+    """Return the train reply: the local model (or the rule's arrays), the rule's further array
     records and the metrics (with ``drawn``: the epochs / batch size this client drew,
-    :attr:`clients.common.RuleInput.drawn`)."""
+    :attr:`clients.common.RuleInput.drawn`).
+    """
     content = reply_records(task.model, out)
     metrics = {
         keys.NUM_EXAMPLES: out.result.num_examples,
@@ -158,7 +167,8 @@ def build_reply(msg: Message, pid: int, task: Task, out: RuleOutput, drawn: Opti
 
 def train_one(msg: Message, context: Context) -> Message:
     """Run the message's local rule on this node's partition; reply with the local model,
-    the rule's further array records and the metrics."""
+    the rule's further array records and the metrics.
+    """
     task = node_task(msg, context)
     rule = LOCAL_RULES[rule_name(msg)]
     load_global(task, msg)

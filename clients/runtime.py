@@ -39,6 +39,7 @@ class Task:
     loss: str = "cross-entropy"  # the scenario's model.loss (fedflex.losses)
 
     def client_indices(self, partition_id: int) -> torch.Tensor:
+        """Return the row indices of client ``partition_id``'s data in the worker's training set."""
         if not 0 <= partition_id < self.num_clients:
             raise ValueError(f"partition-id {partition_id} is outside 0..{self.num_clients - 1} for this scenario")
         return self._indices[partition_id]
@@ -57,7 +58,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def to_device(data: ArrayDataset, device: torch.device) -> ArrayDataset:
-    """The same data set with its tensors on ``device`` (no copy when already there)."""
+    """Return the same data set with its tensors on ``device`` (no copy when already there)."""
     if data.x.device == device:
         return data
     return dataclasses.replace(data, x=data.x.to(device), y=data.y.to(device))
@@ -96,7 +97,8 @@ _threads_set = False
 
 def set_threads(num_threads: int) -> None:
     """Intra-op threads of this worker (once; several workers share the cores); 0 keeps
-    torch's default (Ray sets OMP_NUM_THREADS to the worker's num_cpus)."""
+    torch's default (Ray sets OMP_NUM_THREADS to the worker's num_cpus).
+    """
     global _threads_set
     if not _threads_set and num_threads > 0:
         torch.set_num_threads(num_threads)

@@ -35,12 +35,12 @@ class ScaffoldVariates:
 
     @property
     def correction(self) -> dict[str, torch.Tensor]:
-        """c - c_i: what SCAFFOLD adds to every mini-batch gradient."""
+        """Return c - c_i: what SCAFFOLD adds to every mini-batch gradient."""
         return {k: self.c[k] - self.c_i[k] for k in self.c}
 
 
 def scaffold_variates(inp: RuleInput, params: "OrderedDict[str, torch.Tensor]") -> ScaffoldVariates:
-    """c from the ``scaffold-c`` record, c_i from the node state (zeros at first).
+    """Return c from the ``scaffold-c`` record, c_i from the node state (zeros at first).
 
     Raises
     ------

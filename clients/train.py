@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import math
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Mapping, Optional, cast
 
 import numpy as np
 import torch
@@ -35,7 +35,8 @@ logger = logging.getLogger(__name__)
 class TrainSettings:
     """Hyper-parameters of one round of local training: the training fields of the
     scenario's :class:`~fedflex.config.ClientConfig` (its defaults, written there once)
-    and the task's loss (``model.loss``)."""
+    and the task's loss (``model.loss``).
+    """
 
     epochs: int = ClientConfig.epochs
     steps: Optional[int] = ClientConfig.steps
@@ -52,7 +53,7 @@ class TrainSettings:
 
     @classmethod
     def from_client(cls, client: ClientConfig, loss: str = ModelConfig.loss) -> "TrainSettings":
-        """The settings of ``client`` (its training fields) with the task's ``loss``."""
+        """Return the settings of ``client`` (its training fields) with the task's ``loss``."""
         values = {name: getattr(client, name) for name in client.training_fields()}
         for name in ("epochs_range", "batch_size_range"):
             if values.get(name) is not None:
@@ -64,7 +65,7 @@ DRAW_EPOCHS, DRAW_BATCH = 1, 2  # stream tags: each option draws from its own st
 
 
 def _draw(seed: int, server_round: int, client: int, tag: int, lo: int, hi: int) -> int:
-    """An integer uniform on lo..hi from the stream of (seed, round, client, tag)."""
+    """Return an integer uniform on lo..hi from the stream of (seed, round, client, tag)."""
     rng = np.random.default_rng([int(seed), int(server_round), int(client), tag])
     return int(rng.integers(lo, hi + 1))
 
@@ -72,7 +73,7 @@ def _draw(seed: int, server_round: int, client: int, tag: int, lo: int, hi: int)
 def drawn_settings(
     settings: TrainSettings, *, seed: int, server_round: int, client: int, num_examples: int
 ) -> TrainSettings:
-    """``settings`` with this client's epochs and batch size for this round drawn from
+    """Return ``settings`` with this client's epochs and batch size for this round drawn from
     ``epochs_range`` / ``batch_size_range`` (``client.*``); unchanged when both are off.
 
     Epochs: uniform on lo..hi. Batch size: uniform on lo..min(hi, n - 1) for a client with
@@ -127,20 +128,25 @@ class StepTerms:
         into the rule's: ``grad_scale * grad + prox_mu (w - anchor) + correction``, in
         place (a parameter without a gradient gets one). What :func:`local_train` does
         through the loss, for a loop that is not fedflex's (:mod:`clients.helpers`);
-        ``anchor`` (the start parameters) is needed when ``prox_mu`` > 0."""
+        ``anchor`` (the start parameters) is needed when ``prox_mu`` > 0.
+        """
         for name, p in params.items():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             if self.grad_scale != 1.0:
                 p.grad.mul_(self.grad_scale)
             if self.prox_mu > 0:
-                p.grad.add_(p.detach() - anchor[name].to(p.device), alpha=self.prox_mu)
+                p.grad.add_(
+                    p.detach() - cast(Mapping[str, torch.Tensor], anchor)[name].to(p.device), alpha=self.prox_mu
+                )
             if self.correction is not None:
                 p.grad.add_(self.correction[name].to(p.device))
 
 
 @dataclass(frozen=True)
 class TrainResult:
+    """The outcome of local training: examples and steps taken and the mean training loss."""
+
     num_examples: int
     num_steps: int
     train_loss: float  # mean mini-batch loss (without the proximal term)
@@ -163,10 +169,11 @@ OPTIMIZER_STATE = "optimizer-state"
 def load_optimizer_state(optimizer: torch.optim.Optimizer, params, state: Optional[RecordDict]) -> bool:
     """Put the optimiser state kept in the node ``state`` back into ``optimizer``
     (``params``: its ``(name, parameter)`` pairs). False when there is none yet, or it
-    does not fit these parameters (another model): the optimiser then starts fresh."""
+    does not fit these parameters (another model): the optimiser then starts fresh.
+    """
     if state is None or OPTIMIZER_STATE not in state.array_records:
         return False
-    stored = state[OPTIMIZER_STATE].to_torch_state_dict()
+    stored = cast(ArrayRecord, state[OPTIMIZER_STATE]).to_torch_state_dict()
     restored: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
     for name, p in params:
         entries = {k.split("|", 1)[1]: v for k, v in stored.items() if k.split("|", 1)[0] == name}
@@ -274,7 +281,7 @@ def local_train(
         if terms.correction is not None:
             with torch.no_grad():
                 for name, p in params:
-                    p.grad.add_(terms.correction[name])
+                    cast(torch.Tensor, p.grad).add_(terms.correction[name])
         optimizer.step()
         steps += 1
     if settings.keep_optimizer_state:

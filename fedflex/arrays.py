@@ -20,7 +20,7 @@ def record_to_numpy(record: ArrayRecord) -> "OrderedDict[str, np.ndarray]":
 
 
 def numpy_to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
-    """A record holding ``arrays`` under their names (order kept)."""
+    """Return a record holding ``arrays`` under their names (order kept)."""
     # np.ascontiguousarray would turn 0-d arrays (BatchNorm counters) into 1-d ones
     return ArrayRecord(OrderedDict((key, Array(np.require(value, requirements="C"))) for key, value in arrays.items()))
 
@@ -31,7 +31,7 @@ def is_float(array: np.ndarray) -> bool:
 
 
 def flatten(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
-    """The float entries concatenated into one float64 vector (non-float entries skipped)."""
+    """Return the float entries concatenated into one float64 vector (non-float entries skipped)."""
     parts = [np.asarray(v, dtype=np.float64).ravel() for v in arrays.values() if is_float(v)]
     return np.concatenate(parts) if parts else np.zeros(0)
 

@@ -103,7 +103,8 @@ class Availability(ABC):
     def starts_session(self, server_round: int) -> bool:
         """Whether the schedule itself starts a session in ``server_round`` (scripted
         session lists do, even when an entry repeats the previous online set); False:
-        the :class:`SessionTracker`'s rules decide (Markov, trace, live nodes)."""
+        the :class:`SessionTracker`'s rules decide (Markov, trace, live nodes).
+        """
         return False
 
     def timeline(self, num_rounds: int) -> np.ndarray:
@@ -132,10 +133,12 @@ class AlwaysOnline(Availability):
         self._all = np.arange(self.num_clients, dtype=np.int64)
 
     def online(self, server_round: int) -> np.ndarray:
+        """Return the ids of the clients online in ``server_round``."""
         _check_round(server_round)
         return self._all.copy()
 
     def timeline(self, num_rounds: int) -> np.ndarray:
+        """Return who is online in each of the first ``num_rounds`` rounds (rounds x clients, bool)."""
         num_rounds = _check_count("num_rounds", num_rounds, 0)
         return np.ones((num_rounds, self.num_clients), dtype=bool)
 
@@ -173,7 +176,8 @@ class _RoundRobinSessions(Availability):
 
     def starts_session(self, server_round: int) -> bool:
         """Every entry of the schedule starts a session (also after cycling), even when
-        its online set equals the previous entry's."""
+        its online set equals the previous entry's.
+        """
         s, offset = divmod(_check_round(server_round) - 1, self.rounds_per_session)
         return offset == 0 and (self.cycle or s < len(self._sets))
 
@@ -353,11 +357,13 @@ class MarkovChurn(Availability):
         self._computed = num_rounds
 
     def online(self, server_round: int) -> np.ndarray:
+        """Return the ids of the clients online in ``server_round``."""
         t = _check_round(server_round)
         self._extend(t)
         return np.flatnonzero(self._states[t - 1]).astype(np.int64)
 
     def timeline(self, num_rounds: int) -> np.ndarray:
+        """Return who is online in each of the first ``num_rounds`` rounds (rounds x clients, bool)."""
         num_rounds = _check_count("num_rounds", num_rounds, 0)
         self._extend(num_rounds)
         return self._states[:num_rounds].copy()
@@ -409,6 +415,7 @@ class TraceAvailability(Availability):
         )
 
     def online(self, server_round: int) -> np.ndarray:
+        """Return the ids of the clients online in ``server_round``."""
         t = _check_round(server_round)
         live = (self._from <= t) & (t < self._until)
         return np.unique(self._client[live])
@@ -467,7 +474,8 @@ def make_availability(
 # ---------------------------------------------------------------------------- sessions
 def _jaccard_distance(a: frozenset[int], b: frozenset[int]) -> float:
     """``1 - |a & b| / |a | b|``, computed as ``|a ^ b| / |a | b|`` (one rounding, so
-    3 of 10 gives exactly ``0.3``); 0 for two empty sets."""
+    3 of 10 gives exactly ``0.3``); 0 for two empty sets.
+    """
     union = len(a | b)
     return 0.0 if union == 0 else len(a ^ b) / union
 
@@ -509,13 +517,13 @@ class SessionTracker:
             or not 0.0 <= float(change_threshold) < 1.0
         ):
             raise ValueError(f"change_threshold = {change_threshold!r}: must be in [0, 1)")
-        self.change_threshold = float(change_threshold)
-        self.session = -1
-        self.session_start_round = 0
+        self.change_threshold: float = float(change_threshold)
+        self.session: int = -1
+        self.session_start_round: int = 0
         self.members: frozenset[int] = frozenset()
         self.history: list[tuple[int, frozenset[int]]] = []
-        self._last_round = 0
-        self._last_started = False
+        self._last_round: int = 0
+        self._last_started: bool = False
 
     def update(self, server_round: int, online: Iterable[int], force: bool = False) -> tuple[int, bool]:
         """Feed the online set of ``server_round``; return ``(session, started_now)``.

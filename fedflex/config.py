@@ -14,7 +14,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Optional, Sequence, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -87,6 +87,7 @@ def _int_range(path: str, name: str, value: Any) -> Optional[list[int]]:
     )
     if not ok:
         raise ConfigError(_join(path, name), value, "must be null (off) or [lo, hi] with integers 1 <= lo <= hi")
+    assert items is not None
     return [int(v) for v in items]
 
 
@@ -167,6 +168,7 @@ class DatasetConfig:
     NUM_SPECIAL_TOKENS: ClassVar[int] = 2
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, DATASETS)
         _choice(path, "label_map", self.label_map, LABEL_MAPS)
         _num(path, "alpha", self.alpha, ge=0)
@@ -248,6 +250,7 @@ class PartitionConfig:
     labels: str = "mapped"
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "scheme", self.scheme, PARTITIONS)
         _choice(path, "labels", self.labels, ("mapped", "source"))
         if self.scheme == "label-groups" and not any(self.label_groups):
@@ -299,7 +302,8 @@ class ModelConfig:
     ``text_hidden`` is the LSTM width per direction (``text-lstm``, ``rnn_layers``
     layers, ``bidirectional``) or the filters per kernel size (``text-cnn``).
     ``vocab_size``: rows of the embedding table; left unset it is
-    ``dataset.vocab_size + 2`` (padding and unknown ids), the only value that fits."""
+    ``dataset.vocab_size + 2`` (padding and unknown ids), the only value that fits.
+    """
 
     name: str = "logreg"
     norm: str = "batch"  # resnet18 only: batch | group
@@ -313,6 +317,7 @@ class ModelConfig:
     vocab_size: Optional[int] = None
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, MODELS)
         _choice(path, "loss", self.loss, LOSSES)
         if self.name == "svm" and self.loss != "squared-hinge":
@@ -339,9 +344,12 @@ class _PartOptions:
     """Options of one part type, some read only by some of its parts: ``USED_BY`` maps
     an option to the part names that read it (options not listed are read by all).
     :meth:`unused` lists the options set away from their default that the chosen part
-    ignores; :func:`load_scenario` warns about each."""
+    ignores; :func:`load_scenario` warns about each.
+    """
 
     USED_BY: ClassVar[dict[str, tuple[str, ...]]] = {}
+    if TYPE_CHECKING:
+        name: str  # a field of every subclass
 
     def _reads(self, option: str) -> bool:
         owners = self.USED_BY.get(option)
@@ -349,7 +357,8 @@ class _PartOptions:
 
     def unused(self) -> list[tuple[str, Any, tuple[str, ...]]]:
         """``(option, value, the parts that read it)`` for every option set away from its
-        default that the chosen part ignores."""
+        default that the chosen part ignores.
+        """
         default = type(self)()
         return [
             (option, getattr(self, option), owners)
@@ -358,8 +367,8 @@ class _PartOptions:
         ]
 
     def sent(self) -> list[str]:
-        """The fields the chosen part reads (what a train message needs to carry)."""
-        return [f.name for f in dataclasses.fields(self) if self._reads(f.name)]
+        """Return the fields the chosen part reads (what a train message needs to carry)."""
+        return [f.name for f in dataclasses.fields(cast(Any, self)) if self._reads(f.name)]
 
 
 @dataclass
@@ -441,6 +450,7 @@ class ClientConfig:
     batch_size_range: Optional[list[int]] = None
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _num(path, "epochs", self.epochs, ge=1)
         _num(path, "steps", self.steps, ge=1, optional=True)
         _num(path, "batch_size", self.batch_size, ge=1)
@@ -474,13 +484,14 @@ class ClientConfig:
             )
 
     def training_fields(self) -> list[str]:
-        """The fields a train message carries (all but ``WORKER`` and ``SCHEDULE``)."""
+        """Return the fields a train message carries (all but ``WORKER`` and ``SCHEDULE``)."""
         return [f.name for f in dataclasses.fields(self) if f.name not in self.WORKER + self.SCHEDULE]
 
     def unused(self) -> list[tuple[str, Any, str, tuple[str, ...]]]:
         """``(option, value, the option that decides, the values of it that read the
         option)`` for every schedule option set away from its default that the chosen
-        schedule ignores (e.g. ``lr_decay`` with ``lr_schedule`` constant)."""
+        schedule ignores (e.g. ``lr_decay`` with ``lr_schedule`` constant).
+        """
         default = type(self)()
         deciders = {option: (decider, readers) for option, decider, readers in self.SCHEDULE_USED_BY}
         out = []
@@ -499,8 +510,9 @@ class ClientConfig:
         return out
 
     def lr_at(self, server_round: int, session_start: int) -> float:
-        """The client learning rate of ``server_round`` (1-based) when the current
-        session started in round ``session_start`` (see the class docstring)."""
+        """Return the client learning rate of ``server_round`` (1-based) when the current
+        session started in round ``session_start`` (see the class docstring).
+        """
         if self.lr_schedule == "constant":
             return float(self.lr)
         t = server_round - 1 if self.lr_schedule == "round" else server_round - session_start
@@ -617,10 +629,11 @@ class SamplerConfig(_PartOptions):
     }
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, SAMPLERS)
         _num(path, "clients_per_round", self.clients_per_round, ge=1)
         _num(path, "min_clients", self.min_clients, ge=1)
-        if self.min_clients > self.clients_per_round:
+        if self.clients_per_round is not None and self.min_clients > self.clients_per_round:
             raise ConfigError(
                 _join(path, "min_clients"),
                 self.min_clients,
@@ -701,6 +714,7 @@ class AggregatorConfig(_PartOptions):
     aware_layers: int = 2  # last-layers memory: the last K float tensors (2: the output layer)
     aware_dtype: str = "float32"
     aware_departed: str = "keep"  # offline clients: keep | exclude (from the solve) | drop
+    aware_max_age: Optional[int] = None  # solve over momenta refreshed in the last A+1 rounds (null: all)
     on_model_switch: str = "keep"
     trim_beta: float = 0.2  # trimmed-mean: fraction cut off each tail, in [0, 0.5)
     num_malicious: int = 1  # krum / multikrum / bulyan: f, Byzantine clients tolerated
@@ -731,6 +745,7 @@ class AggregatorConfig(_PartOptions):
                 "aware_layers",
                 "aware_dtype",
                 "aware_departed",
+                "aware_max_age",
             )
         },
     }
@@ -739,6 +754,7 @@ class AggregatorConfig(_PartOptions):
         return super()._reads(option) or (option.startswith("aware_") and self.aware)
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, AGGREGATORS)
         _num(path, "server_lr", self.server_lr, gt=0)
         _num(path, "server_momentum", self.server_momentum, ge=0, lt=1)
@@ -755,6 +771,7 @@ class AggregatorConfig(_PartOptions):
         _choice(path, "aware_dtype", self.aware_dtype, ("float32", "float16", "bfloat16"))
         _num(path, "aware_layers", self.aware_layers, ge=1)
         _choice(path, "aware_departed", self.aware_departed, ("keep", "exclude", "drop"))
+        _num(path, "aware_max_age", self.aware_max_age, ge=0, optional=True)
         _choice(path, "on_model_switch", self.on_model_switch, ("keep", "reset"))
         _num(path, "trim_beta", self.trim_beta, ge=0, lt=0.5)
         _num(path, "num_malicious", self.num_malicious, ge=0)
@@ -787,6 +804,7 @@ class InitializerConfig(_PartOptions):
     }
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, INITIALIZERS)
         _num(path, "pilot_sessions", self.pilot_sessions, ge=1)
         _num(path, "gradient_rounds", self.gradient_rounds, ge=1)
@@ -841,6 +859,7 @@ class LocalRuleConfig(_PartOptions):
     }
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "name", self.name, LOCAL_RULES)
         _num(path, "mu", self.mu, ge=0)
         _num(path, "bherd_alpha", self.bherd_alpha, gt=0, le=1)
@@ -868,12 +887,15 @@ class ReplyConfig:
     max_reply_mb: Optional[float] = None
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _num(path, "max_num_examples", self.max_num_examples, ge=1, optional=True)
         _num(path, "max_reply_mb", self.max_reply_mb, gt=0, optional=True)
 
 
 @dataclass
 class StrategyConfig:
+    """The ``strategy`` section: one sub-section per part (sampler, aggregator, initializer, local rule)."""
+
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     aggregator: AggregatorConfig = field(default_factory=AggregatorConfig)
     initializer: InitializerConfig = field(default_factory=InitializerConfig)
@@ -881,6 +903,7 @@ class StrategyConfig:
     replies: ReplyConfig = field(default_factory=ReplyConfig)
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         for f in dataclasses.fields(self):
             getattr(self, f.name).validate(_join(path, f.name))
 
@@ -930,6 +953,7 @@ class ChurnConfig:
     on_too_few: str = "skip"
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "kind", self.kind, CHURN_KINDS)
         if self.kind == "sessions" and not self.sessions:
             raise ConfigError(_join(path, "sessions"), [], "kind=sessions needs a list of client-id lists")
@@ -989,6 +1013,7 @@ class EvaluationConfig:
     stop_on_divergence: bool = True
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _num(path, "every", self.every, ge=1)
         _num(path, "stop_at_accuracy", self.stop_at_accuracy, ge=0, le=1)
         _num(path, "stop_smoothing", self.stop_smoothing, ge=0)
@@ -1049,6 +1074,7 @@ class SimulationConfig:
     ray_address: Optional[str] = None
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "backend", self.backend, ("ray", "local"))
         # YAML 1.1 reads a bare on / off as a boolean, which OmegaConf then writes as a string
         bools = {"True": "on", "true": "on", "False": "off", "false": "off"}
@@ -1066,13 +1092,14 @@ class SimulationConfig:
 
     def cohorts(self) -> str:
         """How the run trains its clients: ``on``, ``off`` or ``auto``; ``rule`` gives its
-        recorded choice (``off`` before the run made it)."""
+        recorded choice (``off`` before the run made it).
+        """
         if self.vectorize == "rule":
             return self.vectorize_choice or "off"
         return self.vectorize
 
     def cohorts_key(self) -> str:
-        """The key that set :meth:`cohorts` (for error messages)."""
+        """Return the key that set :meth:`cohorts` (for error messages)."""
         return "simulation.vectorize_choice" if self.vectorize == "rule" else "simulation.vectorize"
 
 
@@ -1100,6 +1127,7 @@ class DeploymentConfig:
     query_timeout: float = 60.0
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _num(path, "round_timeout", self.round_timeout, gt=0, optional=True)
         _num(path, "wait_for_nodes", self.wait_for_nodes, ge=0)
         _num(path, "wait_timeout", self.wait_timeout, ge=0)
@@ -1140,6 +1168,7 @@ class OutputConfig:
     trackers: list[str] = field(default_factory=list)
 
     def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         if self.progress in ("False", "false"):  # YAML reads a bare `off` as false
             self.progress = "off"
         _choice(path, "progress", self.progress, ("auto", "bar", "lines", "off"))
@@ -1188,8 +1217,9 @@ class ScenarioConfig:
         self.validate()
 
     def _check_text_model(self) -> None:
-        """A text model reads token ids of an ``hf`` dataset; its embedding table has one row
-        per id the tokenizer can emit (filled in when unset); LSTMs cannot be batched."""
+        """Check that a text model reads token ids of an ``hf`` dataset; its embedding table has one row
+        per id the tokenizer can emit (filled in when unset); LSTMs cannot be batched.
+        """
         if self.model.name not in TEXT_MODELS:
             return
         if self.dataset.name != "hf":
@@ -1216,6 +1246,7 @@ class ScenarioConfig:
             )
 
     def validate(self, path: str = "") -> None:
+        """Check every section and the cross-section rules; raise :class:`ConfigError` naming the key."""
         _num(path, "seed", self.seed, ge=0)
         _num(path, "num_clients", self.num_clients, ge=1)
         _num(path, "rounds", self.rounds, ge=1)
@@ -1353,11 +1384,11 @@ def load_scenario(
         from_file = (
             path is not None and file_trace is not None and not any(o.startswith("churn.trace=") for o in overrides)
         )
-        base = Path(path).resolve().parent if from_file else Path.cwd()
+        base = Path(path).resolve().parent if from_file and path is not None else Path.cwd()
         cfg.churn.trace = str((base / Path(cfg.churn.trace).expanduser()).resolve())
     if cfg.churn.kind == "trace":
         try:
-            read_trace(cfg.churn.trace, cfg.num_clients)
+            read_trace(cast(str, cfg.churn.trace), cfg.num_clients)  # set: checked by validate
         except ValueError as exc:
             raise ConfigError("churn.trace", cfg.churn.trace, str(exc)) from None
     return cfg
@@ -1365,7 +1396,8 @@ def load_scenario(
 
 def warn_unused(cfg: ScenarioConfig) -> list[str]:
     """Warn (and return the warnings) for every part option set away from its default
-    that the chosen part does not read, e.g. ``strategy.local_rule.mu`` with rule sgd."""
+    that the chosen part does not read, e.g. ``strategy.local_rule.mu`` with rule sgd.
+    """
     said = []
     for part in ("sampler", "aggregator", "initializer", "local_rule"):
         options = getattr(cfg.strategy, part)
@@ -1389,8 +1421,9 @@ class _DuplicateKey(Exception):
 
 
 def _unique_key_loader():
-    """A yaml SafeLoader class that refuses a key given twice in one mapping (built on
-    first use: yaml is imported only when a scenario file is read)."""
+    """Return a yaml SafeLoader class that refuses a key given twice in one mapping (built on
+    first use: yaml is imported only when a scenario file is read).
+    """
     import yaml
 
     class Loader(yaml.SafeLoader):
@@ -1413,8 +1446,9 @@ def _unique_key_loader():
 
 
 def _read_yaml(p: Path) -> dict:
-    """A scenario file's mapping; syntax errors name the line and column, a key given
-    twice names both lines, a top level that is not a mapping is refused."""
+    """Return a scenario file's mapping; syntax errors name the line and column, a key given
+    twice names both lines, a top level that is not a mapping is refused.
+    """
     import yaml
 
     try:
@@ -1443,7 +1477,7 @@ def _read_yaml(p: Path) -> dict:
 
 
 def _culprit(schema, file_layers: list, overrides: list[str]) -> Optional[ConfigError]:
-    """The first override that fails on its own, as a ConfigError naming its key."""
+    """Return the first override that fails on its own, as a ConfigError naming its key."""
     for item in overrides:
         key, _, value = item.partition("=")
         try:
@@ -1479,7 +1513,7 @@ def _known_keys(parent: str) -> list[str]:
         if part not in fields:
             return []
         default = fields[part].default_factory if fields[part].default_factory is not dataclasses.MISSING else None
-        node = default() if default else None
+        node = default() if callable(default) else None
         if node is None or not dataclasses.is_dataclass(node):
             return []
         node = type(node)
@@ -1487,10 +1521,10 @@ def _known_keys(parent: str) -> list[str]:
 
 
 def to_yaml(cfg: ScenarioConfig) -> str:
-    """The fully resolved scenario as YAML (what ``config.yaml`` holds)."""
+    """Return the fully resolved scenario as YAML (what ``config.yaml`` holds)."""
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
 def to_dict(cfg: Any) -> dict:
-    """A plain dict of a (sub-)config, for JSON and for messages."""
+    """Return a plain dict of a (sub-)config, for JSON and for messages."""
     return dataclasses.asdict(cfg)

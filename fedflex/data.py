@@ -239,7 +239,7 @@ class ArrayDataset:
         return self.y[_as_index(idx)]
 
     def subset(self, idx: Index) -> "ArrayDataset":
-        """The rows ``idx`` as a new dataset with the same classes and statistics."""
+        """Return the rows ``idx`` as a new dataset with the same classes and statistics."""
         i = _as_index(idx)
         return ArrayDataset(self.x[i], self.y[i], self.num_classes, self.mean, self.std)
 
@@ -268,7 +268,7 @@ class FederatedData:
 
 # ---------------------------------------------------------------------------- roots
 def data_root(cfg: DatasetConfig) -> Path:
-    """The directory that holds the datasets.
+    """Return the directory that holds the datasets.
 
     ``cfg.root`` when set, else ``$FEDFLEX_DATA`` when set and non-empty, else
     ``~/.cache/fedflex/data``; ``~`` is expanded and the result made absolute.
@@ -501,8 +501,9 @@ def _load_synthetic(cfg: DatasetConfig, num_clients: int, seed: int) -> Federate
 
 
 def _load_hf(cfg: DatasetConfig, num_clients: int, seed: int) -> FederatedData:
-    """A Hugging Face dataset: hub name, ``save_to_disk`` directory or data files
-    (:mod:`fedflex.hf`)."""
+    """Return a Hugging Face dataset: hub name, ``save_to_disk`` directory or data files
+    (:mod:`fedflex.hf`).
+    """
     from fedflex.hf import load_hf
 
     return load_hf(cfg, num_clients, seed)
@@ -566,7 +567,7 @@ def load_dataset(cfg: DatasetConfig, num_clients: int, seed: int) -> FederatedDa
 
 
 def check_data_fits(cfg: Any, data: FederatedData) -> None:
-    """What only the loaded data can tell, checked before a run starts: text models need
+    """Check what only the loaded data can tell, before a run starts: text models need
     token ids and token ids need a text model; with ``partition.scheme=natural``,
     ``num_clients`` must be the number of natural clients (an ``hf`` dataset's
     ``client_column`` values).
@@ -598,7 +599,7 @@ def check_data_fits(cfg: Any, data: FederatedData) -> None:
 
 
 def apply_label_map(data: FederatedData, label_map: str) -> FederatedData:
-    """The data with their labels mapped (a post-step of :func:`load_dataset`).
+    """Return the data with their labels mapped (a post-step of :func:`load_dataset`).
 
     ``none``: unchanged. ``even-odd``: y -> y mod 2 (even -> 0, odd -> 1), two classes,
     the BHerd paper's SVM task. Inputs are shared, not copied; the labels are new
@@ -641,7 +642,7 @@ def _source_signature(folder: Path) -> list[tuple[str, int, int]]:
 
 
 def tensor_cache_path(cfg: DatasetConfig) -> Path:
-    """``<data root>/fedflex-tensors/<name>.pt``: the decoded tensors of a file-based dataset."""
+    """Return ``<data root>/fedflex-tensors/<name>.pt``: the decoded tensors of a file-based dataset."""
     return data_root(cfg) / "fedflex-tensors" / f"{cfg.name}.pt"
 
 

@@ -17,9 +17,10 @@ from fedflex.losses import get_loss
 
 
 def default_loss(scores: torch.Tensor) -> str:
-    """The loss a model's output implies when none is named: ``squared-hinge`` for one
+    """Return the loss a model's output implies when none is named: ``squared-hinge`` for one
     output column (a binary scorer such as ``svm``: cross-entropy over one logit is
-    always 0), else ``cross-entropy``."""
+    always 0), else ``cross-entropy``.
+    """
     return "squared-hinge" if scores.dim() == 1 or scores.shape[1] == 1 else "cross-entropy"
 
 

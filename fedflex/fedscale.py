@@ -49,7 +49,7 @@ from fedflex.trace import TRACE_COLUMNS
 
 
 def read_fedscale(path: str | Path) -> dict[Any, dict]:
-    """The trace mapping from a pickle (FedScale's file) or a JSON file.
+    """Return the trace mapping from a pickle (FedScale's file) or a JSON file.
 
     Raises
     ------
@@ -80,7 +80,7 @@ def _sort_key(client_id: Any) -> tuple:
 
 
 def _rounds_online(start: float, end: float, spr: float, offset: float) -> tuple[int, int]:
-    """Rounds ``[first, until)`` whose instant ``offset + (t - 1) * spr`` lies in ``[start, end]``."""
+    """Return rounds ``[first, until)`` whose instant ``offset + (t - 1) * spr`` lies in ``[start, end]``."""
     first = math.ceil((start - offset) / spr) + 1
     until = math.floor((end - offset) / spr) + 2
     return max(first, 1), until
@@ -122,7 +122,7 @@ def convert(
         active, inactive = entry.get("active"), entry.get("inactive")
         if not isinstance(active, Sequence) or not isinstance(inactive, Sequence) or len(active) != len(inactive):
             raise ValueError(f"client {cid!r}: needs 'active' and 'inactive' lists of the same length")
-        period = entry.get("finish_time")
+        period: Any = entry.get("finish_time")
         if repeat and not (isinstance(period, (int, float)) and period > 0):
             raise ValueError(f"client {cid!r}: needs a positive 'finish_time' to repeat (or use repeat=False)")
         cycles = int(horizon // period) + 1 if repeat else 1
@@ -152,7 +152,7 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def write_trace(rows: Sequence[tuple[int, int, int, str]], path: str | Path) -> None:
-    """The rows as fedflex's trace CSV (``client,online_from,online_until,fedscale_id``)."""
+    """Write the rows as fedflex's trace CSV (``client,online_from,online_until,fedscale_id``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="", encoding="utf-8") as fh:
@@ -162,6 +162,7 @@ def write_trace(rows: Sequence[tuple[int, int, int, str]], path: str | Path) -> 
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line with ``argv`` (default: ``sys.argv``); return the exit status."""
     parser = argparse.ArgumentParser(
         prog="python -m fedflex.fedscale", description="Convert a FedScale client_behave_trace to a fedflex trace CSV."
     )

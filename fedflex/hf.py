@@ -97,7 +97,7 @@ class Tokenizer:
 
     @classmethod
     def fit(cls, cfg: DatasetConfig, texts: Sequence[str]) -> "Tokenizer":
-        """A tokenizer for ``cfg``, its vocabulary counted on ``texts`` (``tokenizer=vocab``)."""
+        """Return a tokenizer for ``cfg``, its vocabulary counted on ``texts`` (``tokenizer=vocab``)."""
         if cfg.tokenizer == "hashing":
             return cls(cfg)
         counts: collections.Counter[str] = collections.Counter()
@@ -108,6 +108,7 @@ class Tokenizer:
         return cls(cfg, [tok for tok, _ in ranked])
 
     def tokens(self, text: Any) -> list[str]:
+        """Split ``text`` into tokens (lower-cased when configured; None is the empty text)."""
         text = "" if text is None else str(text)
         if self.cfg.lowercase:
             text = text.lower()
@@ -142,7 +143,8 @@ def _resolve(root: Path, name: str) -> Path:
 
 def _source(cfg: DatasetConfig) -> tuple[str, Any, list[str]]:
     """``(kind, what, looked)``: ``("dir", Path)``, ``("files", (train, test))`` or
-    ``("hub", name)``, and the local places looked at (for the error)."""
+    ``("hub", name)``, and the local places looked at (for the error).
+    """
     root = data_root(cfg)
     looked: list[str] = []
     if cfg.path:
@@ -170,7 +172,7 @@ def _source(cfg: DatasetConfig) -> tuple[str, Any, list[str]]:
 
 
 def _missing(cfg: DatasetConfig, looked: Sequence[str], cause: Optional[BaseException]) -> DataNotFoundError:
-    """The one line for a dataset that is neither on disk nor downloadable."""
+    """Return the one line for a dataset that is neither on disk nor downloadable."""
     what = f"hub {cfg.hub!r}" if cfg.hub else "dataset hf"
     parts = [f"{what}: no local copy"]
     if looked:
@@ -187,7 +189,7 @@ def _missing(cfg: DatasetConfig, looked: Sequence[str], cause: Optional[BaseExce
 
 
 def _open(cfg: DatasetConfig, kind: str, what: Any, looked: list[str]) -> dict[str, Any]:
-    """The source's splits as ``{name: datasets.Dataset}``."""
+    """Return the source's splits as ``{name: datasets.Dataset}``."""
     import datasets
 
     if kind == "dir":
@@ -366,8 +368,9 @@ def _images(values: Sequence[Any]) -> torch.Tensor:
 
 
 def _natural(train: Any, col: str) -> list[np.ndarray]:
-    """Indices of ``train`` per value of ``col``, grouped by flwr-datasets'
-    ``NaturalIdPartitioner`` (partition ``k`` is client ``k``)."""
+    """Return indices of ``train`` per value of ``col``, grouped by flwr-datasets'
+    ``NaturalIdPartitioner`` (partition ``k`` is client ``k``).
+    """
     import datasets
     from flwr_datasets.partitioner import NaturalIdPartitioner
 
@@ -428,7 +431,7 @@ def _decode(cfg: DatasetConfig, splits: dict[str, Any], where: str) -> tuple[Fed
 
 # ---------------------------------------------------------------------------- entry point
 def load_hf(cfg: DatasetConfig, num_clients: int, seed: int) -> FederatedData:
-    """The ``hf`` dataset of ``cfg`` (module docstring), from its tensor cache when there.
+    """Return the ``hf`` dataset of ``cfg`` (module docstring), from its tensor cache when there.
 
     Raises
     ------
@@ -453,8 +456,9 @@ def load_hf(cfg: DatasetConfig, num_clients: int, seed: int) -> FederatedData:
 
 
 def vocabulary(cfg: DatasetConfig) -> Optional[list[str]]:
-    """The vocabulary saved with the dataset's cache (``None`` before it was built, or
-    for the hashing tokenizer)."""
+    """Return the vocabulary saved with the dataset's cache (``None`` before it was built, or
+    for the hashing tokenizer).
+    """
     kind, what, _ = _source(cfg)
     cached = _load(_cache_path(cfg, kind, what))
     return None if cached is None else cached[1]["vocab"]

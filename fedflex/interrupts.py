@@ -32,16 +32,17 @@ _lock = threading.Lock()
 
 
 def requested() -> Optional[int]:
-    """The signal number that asked the run to stop, or None."""
+    """Return the signal number that asked the run to stop, or None."""
     return _received
 
 
 def exit_code(signum: int) -> int:
-    """The shell's convention: 128 + the signal number."""
+    """Return the shell's convention: 128 + the signal number."""
     return 128 + int(signum)
 
 
 def signal_name(signum: int) -> str:
+    """Return the name of signal ``signum`` (its number when it has none)."""
     try:
         return signal.Signals(signum).name
     except ValueError:
@@ -105,10 +106,12 @@ def shielding_children():
 
 
 def uninstall() -> None:
+    """Restore the default signal handlers."""
     for sig in SIGNALS:
         signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
 
 
 def reset() -> None:
+    """Forget a received signal."""
     global _received
     _received = None

@@ -79,7 +79,8 @@ def predict_argmax(scores: torch.Tensor) -> torch.Tensor:
 
 def predict_sign(scores: torch.Tensor) -> torch.Tensor:
     """Predicted class of a binary scorer: 1 where ``f(x) > 0``, else 0; ``argmax`` for
-    two or more columns."""
+    two or more columns.
+    """
     if scores.dim() == 1:
         scores = scores.unsqueeze(1)
     if scores.shape[1] == 1:
@@ -104,7 +105,7 @@ LOSSES: dict[str, Loss] = {
 
 
 def get_loss(name: str) -> Loss:
-    """The loss called ``name``.
+    """Return the loss called ``name``.
 
     Raises
     ------

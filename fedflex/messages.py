@@ -16,8 +16,9 @@ SEP = "|"
 
 
 def error_reply(msg: Message, problem: "Exception | str", code: int = ERROR_CLIENT_APP_RAISED) -> Message:
-    """The error reply Flower makes for a message whose ClientApp raised ``problem``
-    (an exception, or the reason already as text)."""
+    """Return the error reply Flower makes for a message whose ClientApp raised ``problem``
+    (an exception, or the reason already as text).
+    """
     reason = problem if isinstance(problem, str) else f"{type(problem).__name__}: {problem}"
     return Message(Error(code=code, reason=reason), reply_to=msg)
 

@@ -120,10 +120,12 @@ class Classifier(nn.Module):
         self.log_softmax = log_softmax
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return the class scores (log-probabilities with ``log_softmax``) of the batch ``x``."""
         scores = self.fc_out(self.body(x))
         return F.log_softmax(scores, dim=1) if self.log_softmax else scores
 
     def extra_repr(self) -> str:
+        """Return the extra text of the module's repr."""
         return "log_softmax=True" if self.log_softmax else ""
 
 
@@ -139,7 +141,7 @@ def _pool_side(side: int) -> int:
 
 
 def _smallest_side(feature_side: Callable[[int], int]) -> int:
-    """The smallest input side whose feature map side is at least 1."""
+    """Return the smallest input side whose feature map side is at least 1."""
     return next(s for s in range(1, 1025) if feature_side(s) >= 1)
 
 
@@ -168,12 +170,13 @@ def _feature_hw(name: str, input_shape: tuple[int, ...], feature_side: Callable[
 # ---------------------------------------------------------------------------- builders
 def _logreg(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """Multinomial logistic regression (FedProx, arXiv 1812.06127): ``Linear(d, C)`` on
-    the flattened input; returns logits."""
+    the flattened input; returns logits.
+    """
     return Classifier(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
 
 
 def _linear(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """The churn paper's linear model: ``flatten -> Linear(d, C) -> log_softmax``
+    """Return the churn paper's linear model: ``flatten -> Linear(d, C) -> log_softmax``
     (d = 784, C = 10 on MNIST; any input size works).
 
     It returns log-probabilities, not raw logits. That is harmless for
@@ -186,7 +189,8 @@ def _linear(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) ->
 
 def _mlp(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """``flatten -> (Linear -> ReLU) per hidden width -> Linear(last, C)``; returns logits.
-    ``hidden``: one width (``200``) or a list (``[200, 200]``: FedAWARE's 784-200-200-10)."""
+    ``hidden``: one width (``200``) or a list (``[200, 200]``: FedAWARE's 784-200-200-10).
+    """
     widths = list(cfg.hidden) if isinstance(cfg.hidden, (list, tuple)) else [cfg.hidden]
     if not widths or any(int(w) < 1 for w in widths):
         raise ValueError(f"model 'mlp': hidden = {cfg.hidden!r}: widths must be >= 1")
@@ -252,7 +256,7 @@ def _cnn_fmnist_authors(cfg: ModelConfig, input_shape: tuple[int, ...], num_clas
 
 
 def _cnn_bherd(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """The BHerd paper's CNN.
+    """Return the BHerd paper's CNN.
 
     ``conv(C_in, 32, 5, pad 2) -> ReLU -> pool2 -> conv(32, 32, 5, pad 2) -> ReLU ->
     pool2 -> flatten -> Linear(1568, 256) -> ReLU -> Linear(256, C)``. The paper fixes
@@ -313,7 +317,7 @@ def _cnn_svhn_side(side: int) -> int:
 
 
 def _cnn_svhn(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """A standard small SVHN CNN (none of the reproduced papers prescribes one).
+    """Return a standard small SVHN CNN (none of the reproduced papers prescribes one).
 
     ``conv(C_in, 32, 5, pad 2) -> ReLU -> pool2 -> conv(32, 64, 5, pad 2) -> ReLU ->
     pool2 -> flatten -> Linear(64 * H/4 * W/4, 512) -> ReLU -> Linear(512, C)``
@@ -344,7 +348,7 @@ SMALL_IMAGE_SIDE = 32
 
 
 def _resnet18(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """torchvision's ResNet-18, randomly initialised, classification layer ``fc``.
+    """Return torchvision's ResNet-18, randomly initialised, classification layer ``fc``.
 
     ``cfg.norm``: ``batch`` (BatchNorm2d) or ``group`` (GroupNorm with 2 groups, which
     does not depend on the batch statistics that differ between non-IID clients; Hsieh
@@ -379,7 +383,8 @@ def _resnet18(cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) 
 class MeanEmbedding(nn.Module):
     """The mean embedding of each row's non-padding ids (id 0 is padding): what
     ``nn.EmbeddingBag(num, dim, mode="mean", padding_idx=0)`` computes, written so that
-    ``torch.func.vmap`` batches it. An all-padding row gives zeros."""
+    ``torch.func.vmap`` batches it. An all-padding row gives zeros.
+    """
 
     def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
         super().__init__()
@@ -422,7 +427,7 @@ TEXT_CNN_WIDTHS = (3, 4, 5)
 
 
 def _text_rows(name: str, cfg: ModelConfig, input_shape: tuple[int, ...], min_len: int = 1) -> int:
-    """The embedding table's rows; checks that the input is ``(L,)`` token ids."""
+    """Return the embedding table's rows; checks that the input is ``(L,)`` token ids."""
     if len(input_shape) != 1 or input_shape[0] < min_len:
         raise _shape_error(name, input_shape, f"token ids (L,) with L >= {min_len} (dataset.max_len)")
     if cfg.vocab_size is None:
@@ -522,7 +527,7 @@ def build_model(cfg: ModelConfig, input_shape: Sequence[int], num_classes: int) 
 
 
 def output_layer(model: nn.Module) -> nn.Linear:
-    """The model's classification layer (its output is the model's output, up to
+    """Return the model's classification layer (its output is the model's output, up to
     ``linear``'s log-softmax).
 
     Looks for an :class:`~torch.nn.Linear` attribute named ``fc_out`` (fedflex's own
@@ -544,7 +549,7 @@ def output_layer(model: nn.Module) -> nn.Linear:
 
 
 def output_bias_key(model: nn.Module) -> str:
-    """The ``model.state_dict()`` key of the classification layer's bias
+    """Return the ``model.state_dict()`` key of the classification layer's bias
     (``fc_out.bias`` or ``fc.bias``).
 
     Raises
@@ -562,6 +567,7 @@ def output_bias_key(model: nn.Module) -> str:
 
 
 def num_parameters(model: nn.Module) -> int:
-    """Number of scalar parameters (trainable or not; buffers such as BatchNorm running
-    statistics are not counted)."""
+    """Return number of scalar parameters (trainable or not; buffers such as BatchNorm running
+    statistics are not counted).
+    """
     return sum(p.numel() for p in model.parameters())

@@ -50,7 +50,7 @@ def fingerprint(public_key: bytes) -> str:
 
 
 def read_binding(path: Path, num_clients: int) -> dict[int, str]:
-    """partition id -> key fingerprint, from a binding file.
+    """Return partition id -> key fingerprint, from a binding file.
 
     Raises
     ------

@@ -23,7 +23,8 @@ def exit_when_orphaned(grace: float = 10.0, interval: float = 0.5) -> threading.
     and an exit that hangs is never forced, so an orphaned ServerApp ran on for minutes,
     holding its results directory. The parent's death is seen here as re-parenting (the
     parent pid changes, at once, reaped or not); Flower's graceful exit gets ``grace``
-    seconds, then the process exits with status 1 (its last checkpoint stays)."""
+    seconds, then the process exits with status 1 (its last checkpoint stays).
+    """
     parent = os.getppid()
 
     def watch() -> None:

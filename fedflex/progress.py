@@ -26,7 +26,7 @@ class Progress:
             self.bar = tqdm(total=total, initial=initial, unit="round", dynamic_ncols=True, file=sys.stderr)
 
     def _acc(self, row: dict[str, Any]) -> str:
-        """This round's accuracy, or the last one with the round it is from."""
+        """Return Return this round's accuracy, or the last one with the round it is from."""
         if row.get("test_accuracy") is not None:
             self.last_acc, self.last_acc_round = row["test_accuracy"], row["round"]
             return f"{self.last_acc:.4f}"
@@ -35,6 +35,7 @@ class Progress:
         return f"{self.last_acc:.4f}@r{self.last_acc_round}"
 
     def update(self, row: dict[str, Any]) -> None:
+        """Show one round's row (a train round only)."""
         if row.get("phase", "train") != "train":  # extra rounds of a part (e.g. session-init)
             if self.mode == "lines":
                 print(
@@ -62,5 +63,6 @@ class Progress:
             )
 
     def close(self) -> None:
+        """Close the progress bar, if there is one."""
         if self.bar is not None:
             self.bar.close()

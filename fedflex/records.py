@@ -38,7 +38,7 @@ def record_key(prefix: str, name: str) -> str:
 
 
 def to_record(obj: Any, prefix: str, only: Optional[Iterable[str]] = None) -> dict[str, Any]:
-    """The scalar fields of dataclass ``obj`` (those named in ``only``, when given) as
+    """Return the scalar fields of dataclass ``obj`` (those named in ``only``, when given) as
     ConfigRecord entries; ``None`` values are left out. A list of ints (e.g.
     ``client.epochs_range``) travels as a ConfigRecord list.
 
@@ -65,11 +65,12 @@ def to_record(obj: Any, prefix: str, only: Optional[Iterable[str]] = None) -> di
 
 
 def from_record(cls: type[T], record: Mapping[str, Any], prefix: str) -> T:
-    """An instance of dataclass ``cls`` from the entries :func:`to_record` wrote; fields
-    the record lacks take their defaults. Values are cast to the field's type."""
+    """Return an instance of dataclass ``cls`` from the entries :func:`to_record` wrote; fields
+    the record lacks take their defaults. Values are cast to the field's type.
+    """
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
+    for f in dataclasses.fields(typing.cast(Any, cls)):
         key = record_key(prefix, f.name)
         if key in record:
             kwargs[f.name] = _cast(hints[f.name], record[key])

@@ -48,9 +48,10 @@ def _clean(value: Any) -> Any:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    """``data`` into ``path`` through a temporary file and ``os.replace``: ``path`` is
+    """Write ``data`` into ``path`` through a temporary file and ``os.replace``: ``path`` is
     whole or absent (an earlier version stays) even when the disk fills up; the
-    temporary file is removed on failure."""
+    temporary file is removed on failure.
+    """
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         with open(tmp, "wb") as fh:
@@ -71,14 +72,15 @@ def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
     import io
 
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez(buf, **arrays)  # type: ignore[arg-type]
     _write_atomic(Path(path), buf.getvalue())
 
 
 def append_line(fd: int, line: str) -> None:
     """Append ``line`` (ending in a newline) to the file open as ``fd`` (``O_APPEND``)
     whole or not at all: when a write fails (a full disk), what it wrote is cut off
-    again before the error goes on; then synced to disk."""
+    again before the error goes on; then synced to disk.
+    """
     data = line.encode("utf-8")
     size = os.fstat(fd).st_size
     try:
@@ -104,7 +106,8 @@ class RunRecorder:
 
     def __init__(self, out_dir: Path, config_yaml: str, keep_until: Optional[int] = None) -> None:
         """``keep_until``: resume a run: keep the existing rows of rounds <= it (and drop
-        later ones, written after the checkpoint, and a torn last line); None: a new run."""
+        later ones, written after the checkpoint, and a torn last line); None: a new run.
+        """
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         _write_atomic(self.out_dir / CONFIG_FILE, config_yaml.encode("utf-8"))
@@ -115,6 +118,7 @@ class RunRecorder:
         self._metrics: Optional[int] = os.open(self.out_dir / METRICS_FILE, os.O_WRONLY | os.O_APPEND)
 
     def log_round(self, row: dict[str, Any]) -> None:
+        """Append one round's row to metrics.jsonl (whole or not at all)."""
         row = _clean(row)
         if self._metrics is None:
             raise RuntimeError("RunRecorder.log_round after finish")
@@ -128,7 +132,7 @@ class RunRecorder:
             self._metrics = None
 
     def save_model(self, arrays: dict[str, np.ndarray]) -> None:
-        """The final global model as model.npz (atomically: whole or absent)."""
+        """Save the final global model as model.npz (atomically: whole or absent)."""
         save_arrays(self.out_dir / MODEL_FILE, arrays)
 
     def finish(self, summary: dict[str, Any], timeline: Optional[np.ndarray] = None, plots: bool = True) -> None:
@@ -147,7 +151,8 @@ class RunRecorder:
 
 class MemoryRecorder:
     """A :class:`RunRecorder` that keeps the run in memory (``fedflex.run`` without
-    ``out``): the rows as metrics.jsonl would hold them, the summary, the final model."""
+    ``out``): the rows as metrics.jsonl would hold them, the summary, the final model.
+    """
 
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
@@ -155,12 +160,15 @@ class MemoryRecorder:
         self.model: Optional[dict[str, np.ndarray]] = None
 
     def log_round(self, row: dict[str, Any]) -> None:
+        """Keep one round's row as the file would give it back."""
         self.rows.append(json.loads(json.dumps(_clean(row))))  # exactly what the file would give back
 
     def save_model(self, arrays: dict[str, np.ndarray]) -> None:
+        """Keep a copy of the final global model."""
         self.model = {k: np.array(v, copy=True) for k, v in arrays.items()}
 
     def finish(self, summary: dict[str, Any], timeline: Optional[np.ndarray] = None, plots: bool = True) -> None:
+        """Keep the summary as summary.json would give it back (no plots)."""
         self.summary = json.loads(json.dumps(_clean(summary)))
 
 
@@ -168,7 +176,8 @@ def unusable_out_dir(out: Path, option: str = "--out") -> Optional[str]:
     """Why ``out`` cannot receive a new run's results (None: it can): it exists and is
     not an empty directory (earlier results are never overwritten), or it cannot be
     created or written. Tries to create it (and the folders above it) and takes back
-    what it created: nothing is left behind. ``option``: how the message names it."""
+    what it created: nothing is left behind. ``option``: how the message names it.
+    """
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         return f"{option} {out} exists and is not an empty directory: choose another one"
@@ -195,9 +204,10 @@ def default_out_dir(name: str) -> Path:
 
 
 def read_metrics(out_dir: Path) -> list[dict[str, Any]]:
-    """The rows of a run's metrics.jsonl. A torn last line (a run that stopped while
+    """Return the rows of a run's metrics.jsonl. A torn last line (a run that stopped while
     writing it, a full disk) is left out with a warning; a bad line elsewhere raises
-    ``ValueError`` naming it."""
+    ``ValueError`` naming it.
+    """
     path = Path(out_dir) / METRICS_FILE
     with open(path, encoding="utf-8", errors="replace") as fh:
         lines = fh.read().split("\n")
@@ -219,7 +229,7 @@ def read_metrics(out_dir: Path) -> list[dict[str, Any]]:
 
 
 def summarize(rows: list[dict[str, Any]], extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """The headline figures of a run from its rows."""
+    """Return the headline figures of a run from its rows."""
     extra_rounds = sum(1 for r in rows if r.get("phase", "train") != "train")
     # error replies of every round (a node gone, a ClientApp that raised): round, client, node, reason
     failures = [{"round": r["round"], **f} for r in rows for f in r.get("node_failures", [])]
@@ -250,7 +260,8 @@ def summarize(rows: list[dict[str, Any]], extra: Optional[dict[str, Any]] = None
 def transition_summary(rows: list[dict[str, Any]], window: int = 10) -> list[dict[str, Any]]:
     """Per session transition (a train round that starts a session, after the first):
     the mean test accuracy (and ``online_accuracy`` when logged) over the ``window``
-    train rounds from the transition on (the churn paper's headline metric)."""
+    train rounds from the transition on (the churn paper's headline metric).
+    """
     train = [r for r in rows if r.get("phase", "train") == "train"]
     out = []
     for i, r in enumerate(train):
@@ -275,9 +286,10 @@ def rounds_to_accuracy(rows: Iterable[dict[str, Any]], target: float) -> Optiona
 
 
 def smoothed_accuracy(accuracies: Sequence[float], window: int, order: int) -> np.ndarray:
-    """The Savitzky-Golay-smoothed curve (``scipy.signal.savgol_filter``, its default
+    """Return the Savitzky-Golay-smoothed curve (``scipy.signal.savgol_filter``, its default
     ``interp`` edges) of a test-accuracy curve; the curve itself when it has fewer than
-    ``window`` points."""
+    ``window`` points.
+    """
     from scipy.signal import savgol_filter
 
     acc = np.asarray(accuracies, dtype=np.float64)
@@ -327,7 +339,8 @@ def plot_title(summary: dict[str, Any]) -> str:
 
 def plot_accuracy(rows: list[dict[str, Any]], path: Path, title: str = "") -> None:
     """Test accuracy per round; dashed lines where a session starts (ticks along the
-    bottom when there are more than MAX_SESSION_LINES)."""
+    bottom when there are more than MAX_SESSION_LINES).
+    """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     pts = []
@@ -358,7 +371,8 @@ def plot_accuracy(rows: list[dict[str, Any]], path: Path, title: str = "") -> No
 
 def plot_churn(timeline: np.ndarray, rows: list[dict[str, Any]], path: Path, title: str = "") -> None:
     """Client x round availability: white offline, grey online (idle), black trained,
-    red failed or rejected reply."""
+    red failed or rejected reply.
+    """
     plt = _pyplot()
     rounds, n = timeline.shape
     img = np.ones((n, rounds, 3), dtype=np.float32)

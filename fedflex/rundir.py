@@ -25,7 +25,7 @@ class RunDirError(ValueError):
 
 
 def _holder(fd: int) -> str:
-    """The pid written in an open lock file ("unknown" when it holds none yet)."""
+    """Return the pid written in an open lock file ("unknown" when it holds none yet)."""
     try:
         text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
     except OSError:
@@ -78,12 +78,14 @@ class RunDirLock:
 
     @property
     def path(self) -> Path:
+        """Return the path of the lock file in the run directory."""
         return self.out / LOCK_FILE
 
     def _not_empty(self) -> bool:
         return any(p.name != LOCK_FILE for p in self.out.iterdir())
 
     def acquire(self) -> "RunDirLock":
+        """Take the lock, refusing a directory that is locked or (for a new run) not empty; return self."""
         out, option = self.out, self.option
         refused = f"{option} {out} exists and is not an empty directory: choose another one"
         if self.new:
@@ -118,8 +120,9 @@ class RunDirLock:
         return self
 
     def _lock(self) -> int:
-        """An fd of the lock file with the lock held (RunDirError: another run holds it,
-        also after ``wait`` seconds)."""
+        """Return an fd of the lock file with the lock held (RunDirError: another run holds it,
+        also after ``wait`` seconds).
+        """
         deadline = time.monotonic() + self.wait
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -151,7 +154,8 @@ class RunDirLock:
 
     def release(self) -> None:
         """Remove the lock file and drop the lock (idempotent); a new run's directory
-        (and the folders above it) that it created and that stayed empty are removed."""
+        (and the folders above it) that it created and that stayed empty are removed.
+        """
         fd, self._fd = self._fd, None
         if fd is None:
             return

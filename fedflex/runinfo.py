@@ -1,6 +1,7 @@
 """What a run directory says about the run beyond its results: ``run.log`` (the run's log
 lines) and the provenance recorded in ``summary.json`` (which fedflex, Flower, torch,
-NumPy and Python produced it, on which device)."""
+NumPy and Python produced it, on which device).
+"""
 
 from __future__ import annotations
 
@@ -25,14 +26,15 @@ GIT_TIMEOUT_S = 3.0
 
 
 def checkout() -> Optional[Path]:
-    """The git checkout fedflex is imported from (None when installed from a wheel)."""
+    """Return the git checkout fedflex is imported from (None when installed from a wheel)."""
     root = Path(fedflex.__file__).resolve().parent.parent
     return root if (root / ".git").exists() else None  # a worktree has a .git file
 
 
 def git_commit(root: Optional[Path] = None) -> Optional[dict[str, Any]]:
     """``{"commit": sha, "dirty": bool}`` of the checkout (tracked files changed or not),
-    or None: no checkout, no git, or git too slow."""
+    or None: no checkout, no git, or git too slow.
+    """
     root = root if root is not None else checkout()
     if root is None:
         return None
@@ -62,7 +64,8 @@ def _version(distribution: str) -> Optional[str]:
 
 def device_name(client_device: str = "auto") -> str:
     """``cpu``, or ``cuda (<GPU name>)`` when ``client.device`` lets the run use a GPU
-    and this machine has one."""
+    and this machine has one.
+    """
     import torch
 
     if client_device != "cpu" and torch.cuda.is_available():
@@ -71,8 +74,9 @@ def device_name(client_device: str = "auto") -> str:
 
 
 def provenance(client_device: str = "auto") -> dict[str, Any]:
-    """What produced a run: versions, the git commit when run from a checkout, the device
-    of this machine (in simulation the clients' too; in a deployment the server's)."""
+    """Return what produced a run: versions, the git commit when run from a checkout, the device
+    of this machine (in simulation the clients' too; in a deployment the server's).
+    """
     import numpy
     import torch
 
@@ -109,7 +113,8 @@ def run_log(out_dir: Optional[Path], first_line: str = "") -> Iterator[None]:
     console shows (warnings; with ``--verbose`` also INFO). ``first_line``: written first
     (to the file only). ``out_dir`` None: nothing. A new run that did not get as far as
     writing config.yaml (e.g. a full disk) leaves no run.log behind either: its results
-    directory stays empty, so the same ``--out`` can be used again."""
+    directory stays empty, so the same ``--out`` can be used again.
+    """
     if out_dir is None:
         yield
         return

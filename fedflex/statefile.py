@@ -101,21 +101,22 @@ def encode(obj: Any) -> tuple[Any, dict[str, np.ndarray]]:
 
 
 def decode(data: Any, arrays: Any) -> Any:
-    """The inverse of :func:`encode` (``arrays``: a mapping of entry name -> array)."""
+    """Return the inverse of :func:`encode` (``arrays``: a mapping of entry name -> array)."""
     return _decode(data, arrays)
 
 
 def write_state(path: Path, obj: Any) -> None:
     """Write ``obj`` to ``path`` atomically (a temporary file in the same folder, synced,
     then ``os.replace``); on failure (a full disk) the temporary file is removed and an
-    earlier file at ``path`` is left as it was."""
+    earlier file at ``path`` is left as it was.
+    """
     data, arrays = encode(obj)
     text = json.dumps(data, allow_nan=False)
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # not mkstemp: the usual permissions
     try:
         with open(tmp, "wb") as fh:
-            np.savez(fh, **{STATE_ENTRY: np.frombuffer(text.encode("utf-8"), dtype=np.uint8)}, **arrays)
+            np.savez(fh, **{STATE_ENTRY: np.frombuffer(text.encode("utf-8"), dtype=np.uint8)}, **arrays)  # type: ignore[arg-type]
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -128,7 +129,7 @@ def write_state(path: Path, obj: Any) -> None:
 
 
 def read_state(path: Path) -> Any:
-    """The object a :func:`write_state` stored in ``path``, read without unpickling.
+    """Return the object a :func:`write_state` stored in ``path``, read without unpickling.
 
     Raises
     ------

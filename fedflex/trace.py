@@ -21,7 +21,7 @@ def _error(path: Path, line: int, problem: str) -> ValueError:
 
 
 def read_trace(path: "str | Path", num_clients: int) -> tuple[list[int], list[int], list[int]]:
-    """The intervals of a trace file as ``(clients, online_from, online_until)`` lists
+    """Return the intervals of a trace file as ``(clients, online_from, online_until)`` lists
     (see :class:`fedflex.churn.TraceAvailability` for the format).
 
     Raises
@@ -77,7 +77,7 @@ def _parse_row(path: Path, num_clients: int, line: int, row: list[str], col: dic
 
 
 def _cell(path: Path, line: int, row: list[str], col: dict[str, int], name: str, empty: Optional[int] = None) -> int:
-    """The integer in column ``name``; ``empty`` (when given) stands for a blank cell."""
+    """Return the integer in column ``name``; ``empty`` (when given) stands for a blank cell."""
     if col[name] >= len(row):
         raise _error(path, line, f"missing value for column {name}")
     text = row[col[name]].strip()

@@ -25,7 +25,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Mapping, Optional, Protocol
+from typing import Any, Mapping, Protocol
 
 TENSORBOARD_DIR = "tensorboard"
 MLFLOW_DB = "mlflow.db"
@@ -36,13 +36,13 @@ class Tracker(Protocol):
     """What a run tells a tracker."""
 
     def start(self, params: dict[str, Any]) -> None:
-        """The flattened config, before round 1."""
+        """Send the flattened config, before round 1."""
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
         """One round's numeric fields."""
 
     def finish(self, summary: dict[str, float], status: str, step: int) -> None:
-        """The summary's numeric fields and the run's status; then close."""
+        """Send the summary's numeric fields and the run's status; then close."""
 
 
 # ---------------------------------------------------------------------------- values
@@ -59,7 +59,7 @@ def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def numeric(mapping: Mapping[str, Any]) -> dict[str, float]:
-    """The top-level finite numbers of ``mapping`` (not booleans, None, lists)."""
+    """Return the top-level finite numbers of ``mapping`` (not booleans, None, lists)."""
     return {
         k: float(v)
         for k, v in mapping.items()
@@ -68,8 +68,9 @@ def numeric(mapping: Mapping[str, Any]) -> dict[str, float]:
 
 
 def row_scalars(row: Mapping[str, Any]) -> dict[str, float]:
-    """A metrics row's numeric fields, ``round`` left out (it is the step); a part's extra
-    round (``phase`` other than ``train``) under ``<phase>/``."""
+    """Return a metrics row's numeric fields, ``round`` left out (it is the step); a part's extra
+    round (``phase`` other than ``train``) under ``<phase>/``.
+    """
     scalars = numeric(row)
     scalars.pop("round", None)
     phase = row.get("phase", "train")
@@ -86,16 +87,19 @@ class TensorBoardTracker:
         self.writer = SummaryWriter(log_dir=str(Path(out_dir) / TENSORBOARD_DIR))
 
     def start(self, params: dict[str, Any]) -> None:
+        """Write the run's config as a text table."""
         table = "| key | value |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in params.items())
         self.writer.add_text("config", table)
         self.writer.flush()
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
+        """Write one round's scalars (flushed: a killed run keeps its rounds)."""
         for key, value in scalars.items():
             self.writer.add_scalar(key, value, step)
         self.writer.flush()  # a killed run keeps its rounds
 
     def finish(self, summary: dict[str, float], status: str, step: int) -> None:
+        """Write the summary's figures and the status, then close the writer."""
         for key, value in summary.items():
             self.writer.add_scalar(f"summary/{key}", value, step)
         self.writer.add_text("status", status, step)
@@ -129,6 +133,7 @@ class MLflowTracker:
         self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
 
     def start(self, params: dict[str, Any]) -> None:
+        """Log the run's config as parameters (values cut to MLflow's length limit)."""
         from mlflow.entities import Param
 
         items = [Param(k, str(v)[:MLFLOW_PARAM_CHARS]) for k, v in params.items()]
@@ -144,9 +149,11 @@ class MLflowTracker:
             self.client.log_batch(self.run_id, metrics=items[i : i + MLFLOW_BATCH])
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
+        """Log one round's scalars as metrics."""
         self._metrics(scalars, step)
 
     def finish(self, summary: dict[str, float], status: str, step: int) -> None:
+        """Log the summary's figures and the status, then end the run."""
         self._metrics({f"summary/{k}": v for k, v in summary.items()}, step)
         self.client.set_tag(self.run_id, "fedflex.status", status)
         self.client.set_terminated(self.run_id, MLFLOW_STATUS.get(status, "FAILED"))
@@ -157,9 +164,10 @@ class WandbTracker:
 
     def __init__(self, out_dir: Path, experiment: str, run_name: str) -> None:
         self.out_dir, self.experiment, self.run_name = Path(out_dir), experiment, run_name
-        self.run: Optional[Any] = None
+        self.run: Any = None
 
     def start(self, params: dict[str, Any]) -> None:
+        """Start the wandb run with the run's config."""
         import wandb
 
         self.run = wandb.init(
@@ -171,16 +179,19 @@ class WandbTracker:
         )
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
+        """Log one round's scalars."""
         self.run.log(scalars, step=step)
 
     def finish(self, summary: dict[str, float], status: str, step: int) -> None:
+        """Put the summary's figures and the status into the run's summary, then finish it."""
         self.run.summary.update({f"summary/{k}": v for k, v in summary.items()} | {"status": status})
         self.run.finish(exit_code=0 if status == "completed" else 1)
 
 
 def open_trackers(names: list[str], out_dir: Path, experiment: str) -> list[Tracker]:
-    """The trackers named in ``output.trackers`` for the run in ``out_dir`` (MLflow's and
-    W&B's run name: the directory's name)."""
+    """Return the trackers named in ``output.trackers`` for the run in ``out_dir`` (MLflow's and
+    W&B's run name: the directory's name).
+    """
     made: list[Tracker] = []
     for name in names:
         if name == "tensorboard":

@@ -1,6 +1,7 @@
 """fedflex server side: the FedFlex strategy, its parts, the ServerApp, and the named
 Flower strategies (:mod:`strategies.named`), importable from here:
-``from fedflex.strategies import HiCSFL``."""
+``from fedflex.strategies import HiCSFL``.
+"""
 
 from fedflex.strategies.fedflex import FedFlex
 from fedflex.strategies.named import (

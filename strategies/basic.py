@@ -20,7 +20,8 @@ def query_losses(ctx: Any, server_round: int, clients: np.ndarray, sizes: dict[i
     """Ask ``clients`` for the loss of the current global model on their data (one QUERY
     round trip, :meth:`strategies.parts.RoundContext.query`); client id -> finite loss of
     those that answered. Their reported data sizes are recorded in ``sizes``. Shared by
-    the samplers that rank clients by loss (Power-of-Choice, FedCor)."""
+    the samplers that rank clients by loss (Power-of-Choice, FedCor).
+    """
     replies = ctx.query(server_round, clients, ctx.global_arrays)
     losses: dict[int, float] = {}
     for client, metrics in replies.items():
@@ -60,7 +61,8 @@ def explore_first(
 class UniformSampler(Sampler):
     """Draws clients uniformly without replacement, or proportionally to their data
     size (``weighted``; sizes are learnt from the ``num-examples`` clients report, and a
-    client not yet seen counts with the mean known size)."""
+    client not yet seen counts with the mean known size).
+    """
 
     name = "uniform"
 
@@ -70,6 +72,7 @@ class UniformSampler(Sampler):
         self.sizes: dict[int, int] = {}
 
     def sample(self, server_round: int, online: np.ndarray, num: int) -> np.ndarray:
+        """Choose at most ``num`` of the ``online`` clients to train in ``server_round``."""
         num = min(num, len(online))
         if num == 0:
             return np.zeros(0, dtype=np.int64)
@@ -81,23 +84,28 @@ class UniformSampler(Sampler):
         return np.sort(self.rng.choice(online, size=num, replace=False, p=p)).astype(np.int64)
 
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
+        """Learn from the round's replies (data sizes, update statistics)."""
         for u in updates:
             self.sizes[u.client] = u.num_examples
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return f"uniform(weighted={self.weighted})"
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {"rng": self.rng.bit_generator.state, "sizes": dict(self.sizes)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.rng.bit_generator.state = state["rng"]
         self.sizes = {int(k): int(v) for k, v in state["sizes"].items()}
 
 
 def weighted_average(arrays: list[Arrays], weights: np.ndarray, carry: Optional[Arrays] = None) -> Arrays:
     """sum_i w_i a_i / sum_i w_i for float entries; non-float entries (counters such as
-    BatchNorm's ``num_batches_tracked``) are taken from ``carry`` (default: the first model)."""
+    BatchNorm's ``num_batches_tracked``) are taken from ``carry`` (default: the first model).
+    """
     w = np.asarray(weights, dtype=np.float64)
     w = w / w.sum()
     ref = carry if carry is not None else arrays[0]
@@ -122,6 +130,7 @@ class ExploreFirstSampler(PartWrapper, Sampler):
     """
 
     name = "explore-first"
+    base: Sampler
 
     def __init__(self, base: Sampler, seed: int) -> None:
         super().__init__(base)
@@ -130,6 +139,7 @@ class ExploreFirstSampler(PartWrapper, Sampler):
         self.explored = 0
 
     def sample(self, server_round: int, online: np.ndarray, num: int) -> np.ndarray:
+        """Choose at most ``num`` of the ``online`` clients to train in ``server_round``."""
         chosen = explore_first(
             self.rng, online, num, self.seen, lambda known, rest: self.base.sample(server_round, known, rest)
         )
@@ -137,21 +147,26 @@ class ExploreFirstSampler(PartWrapper, Sampler):
         return chosen
 
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
+        """Learn from the round's replies (data sizes, update statistics)."""
         self.seen.update(u.client for u in updates)
         self.base.observe(server_round, updates, global_arrays)
 
     def round_metrics(self) -> dict[str, Any]:
-        """The wrapped sampler's figures, and how many of this round's picks were
-        exploration (``explored``)."""
+        """Return the wrapped sampler's figures, and how many of this round's picks were
+        exploration (``explored``).
+        """
         return {**super().round_metrics(), "explored": self.explored}
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return f"explore-first({self.base.summary()})"
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {"rng": self.rng.bit_generator.state, "seen": sorted(self.seen), "base": self.base.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.rng.bit_generator.state = state["rng"]
         self.seen = {int(c) for c in state["seen"]}
         self.base.load_state_dict(state["base"])
@@ -170,6 +185,7 @@ class FedAvgAggregator(Aggregator):
         self.server_lr = server_lr
 
     def aggregate(self, server_round: int, global_arrays: Arrays, updates: list[ClientUpdate]) -> Arrays:
+        """Return the next global model from the global model and the round's replies."""
         weights = np.array([u.num_examples if self.weighted else 1.0 for u in updates], dtype=np.float64)
         avg = weighted_average([u.arrays for u in updates], weights)
         if self.server_lr == 1.0:
@@ -183,6 +199,7 @@ class FedAvgAggregator(Aggregator):
         return out
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return f"fedavg(weighted={self.weighted}, server_lr={self.server_lr})"
 
 

@@ -51,7 +51,7 @@ GAP_WARNING = 0.5
 def gradient_step(
     global_arrays: Arrays, grads: list[Arrays], coefs: np.ndarray, others: Optional[Arrays] = None
 ) -> Arrays:
-    """w - sum_i coefs_i grads_i for every key the gradients hold; other keys from
+    """Return w - sum_i coefs_i grads_i for every key the gradients hold; other keys from
     ``others`` (e.g. averaged buffers) or, without it, unchanged.
 
     Computed in float64, returned in each array's dtype.
@@ -116,7 +116,8 @@ def bherd_coefficients(
 
 class BHerdAggregator(Aggregator):
     """w <- w - server_lr * sum_i c_i g_i with the coefficients of ``divisor`` (see the
-    module docstring and :func:`bherd_coefficients`)."""
+    module docstring and :func:`bherd_coefficients`).
+    """
 
     name = "bherd"
 
@@ -131,6 +132,7 @@ class BHerdAggregator(Aggregator):
         self._warned = False
 
     def aggregate(self, server_round: int, global_arrays: Arrays, updates: list[ClientUpdate]) -> Arrays:
+        """Return the next global model from the global model and the round's replies."""
         grads = []
         for u in updates:
             g = u.extras.get(keys.HERD_G)
@@ -170,12 +172,14 @@ class BHerdAggregator(Aggregator):
         return gradient_step(global_arrays, grads, self.server_lr * coefs, others)
 
     def round_metrics(self) -> dict[str, Any]:
+        """Return this round's figures for the round's row of metrics.jsonl."""
         return dict(self._figures)
 
     def _warn_on_gap(self, server_round: int, gap: np.ndarray) -> None:
         """Warn once per run when the median ``herd_gap`` (||g_i/k_i - mean(z_i)|| /
         ||mean(z_i)||: how far the herded step is from the client's full mean gradient,
-        relative to it) passes :data:`GAP_WARNING`."""
+        relative to it) passes :data:`GAP_WARNING`.
+        """
         finite = gap[np.isfinite(gap)]
         if self._warned or not finite.size or float(np.median(finite)) <= GAP_WARNING:
             return
@@ -191,6 +195,7 @@ class BHerdAggregator(Aggregator):
         )
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return (
             f"bherd(divisor={self.divisor}, lr={self.lr}, alpha={self.alpha}, "
             f"weighted={self.weighted}, server_lr={self.server_lr})"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from logging import WARNING
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, cast
 
 from flwr.common import log
 
@@ -136,7 +136,7 @@ INITIALIZERS: dict[str, Callable[[ScenarioConfig], Initializer]] = {
         gradient_rounds=cfg.strategy.initializer.gradient_rounds,
         similarity_scale=cfg.strategy.initializer.similarity_scale,
         distance=cfg.strategy.initializer.distance,
-        clients_per_round=cfg.strategy.sampler.clients_per_round,
+        clients_per_round=cast(int, cfg.strategy.sampler.clients_per_round),  # filled by validate
         seed=cfg.seed + 3,
     ),
 }
@@ -144,7 +144,8 @@ INITIALIZERS: dict[str, Callable[[ScenarioConfig], Initializer]] = {
 
 def _bherd_aggregator(cfg: ScenarioConfig) -> BHerdAggregator:
     """BHerd's step with the divisor of the local rule: configured alpha (bherd),
-    reported alpha_t (grab) or FedNova's tau_eff / k_i (bherd on fednova)."""
+    reported alpha_t (grab) or FedNova's tau_eff / k_i (bherd on fednova).
+    """
     r, a = cfg.strategy.local_rule, cfg.strategy.aggregator
     divisor = "reported" if r.name == "grab" else ("fednova" if r.bherd_base == "fednova" else "alpha")
     if cfg.client.momentum > 0:
@@ -232,8 +233,9 @@ ROBUST_RULES = ("sgd", "fedprox")
 
 def _check_robust(cfg: ScenarioConfig) -> None:
     """Robust aggregators and clipping: refuse what cannot work or would not be robust,
-    warn about what amounts to something plainer."""
-    s, a, k = cfg.strategy, cfg.strategy.aggregator, cfg.strategy.sampler.clients_per_round
+    warn about what amounts to something plainer.
+    """
+    s, a, k = cfg.strategy, cfg.strategy.aggregator, cast(int, cfg.strategy.sampler.clients_per_round)
     if a.name in ROBUST_AGGREGATORS and s.local_rule.name not in ROBUST_RULES:
         raise ConfigError(
             "strategy.local_rule.name",
@@ -309,9 +311,10 @@ def _sampler(cfg: ScenarioConfig) -> Sampler:
 
 
 def reply_limits(cfg: ScenarioConfig, client_sizes: Optional[Mapping[int, int]] = None) -> ReplyLimits:
-    """The limits of ``strategy.replies``: ``num-examples`` bounded by ``client_sizes``
+    """Return the limits of ``strategy.replies``: ``num-examples`` bounded by ``client_sizes``
     (client id -> examples it holds) or by ``max_num_examples``; the local rule's own
-    records are added by the strategy."""
+    records are added by the strategy.
+    """
     r = cfg.strategy.replies
     return ReplyLimits(
         sizes=dict(client_sizes or {}),
@@ -323,7 +326,7 @@ def reply_limits(cfg: ScenarioConfig, client_sizes: Optional[Mapping[int, int]] 
 def build_parts(
     cfg: ScenarioConfig, model_info: Optional[ModelInfo] = None
 ) -> tuple[Sampler, Aggregator, Initializer, ServerRule]:
-    """The four parts a scenario names (checked by :func:`check_parts` first).
+    """Return the four parts a scenario names (checked by :func:`check_parts` first).
 
     Factories take ``(cfg)``; parts that need the model's shape read
     :data:`MODEL_INFO`, set here before the factories run.
@@ -346,7 +349,7 @@ def build_strategy(
     model_info: Optional[ModelInfo] = None,
     client_sizes: Optional[Mapping[int, int]] = None,
 ) -> FedFlex:
-    """The strategy a scenario describes (its parts looked up by name,
+    """Return the strategy a scenario describes (its parts looked up by name,
     :func:`build_parts`). ``client_sizes``: client id -> the examples it holds (its
     partition), the bound of its ``num-examples``.
     """
@@ -361,7 +364,7 @@ def build_strategy(
         clients_per_round=s.sampler.clients_per_round,
         min_clients=s.sampler.min_clients,
         availability=availability,
-        tracker=SessionTracker(cfg.churn.min_session_rounds, cfg.churn.change_threshold),
+        tracker=SessionTracker(cast(int, cfg.churn.min_session_rounds), cast(float, cfg.churn.change_threshold)),
         on_too_few=cfg.churn.on_too_few,
         local_rule=s.local_rule.name,
         query_timeout=cfg.deployment.query_timeout,

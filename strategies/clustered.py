@@ -78,6 +78,7 @@ class CountSketch:
         self._sign = np.zeros(0, dtype=np.float64)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        """Return the sketch of ``x`` (flattened; short vectors are returned as they are)."""
         x = np.ravel(np.asarray(x, dtype=np.float64))
         if x.size <= self.dim:
             return x.astype(np.float32)
@@ -117,12 +118,14 @@ class ClusteredSampler(Sampler):
         self.sizes: dict[int, int] = {}
 
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
+        """Learn from the round's replies (data sizes, update statistics)."""
         g = flatten(global_arrays)
         for u in updates:
             self.sizes[u.client] = u.num_examples
             self.updates[u.client] = self.sketch(flatten(u.arrays) - g)
 
     def sample(self, server_round: int, online: np.ndarray, num: int) -> np.ndarray:
+        """Choose at most ``num`` of the ``online`` clients to train in ``server_round``."""
         online = np.asarray(online, dtype=np.int64)
         num = min(int(num), len(online))
         if num == 0:
@@ -149,9 +152,11 @@ class ClusteredSampler(Sampler):
         return known[draw_one_per_distribution(self.rng, dists, shares)]
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return f"clustered(algorithm=2, distance=arccos, ward={self.ward}, sketch_dim={self.sketch.dim})"
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {
             "rng": self.rng.bit_generator.state,
             "updates": {str(c): v.tolist() for c, v in self.updates.items()},
@@ -159,6 +164,7 @@ class ClusteredSampler(Sampler):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.rng.bit_generator.state = state["rng"]
         self.updates = {int(c): np.asarray(v, dtype=np.float32) for c, v in state["updates"].items()}
         self.sizes = {int(c): int(n) for c, n in state["sizes"].items()}

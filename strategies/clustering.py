@@ -29,14 +29,16 @@ def unit_rows(v: np.ndarray) -> np.ndarray:
 
 def angle_matrix(ua: np.ndarray, ub: np.ndarray) -> np.ndarray:
     """``arccos(cos)`` between the unit rows of ``ua`` and ``ub`` (see :func:`unit_rows`),
-    in ``[0, pi]``; a zero row is at ``pi/2`` from everything."""
+    in ``[0, pi]``; a zero row is at ``pi/2`` from everything.
+    """
     return np.arccos(np.clip(ua @ ub.T, -1.0, 1.0))
 
 
 def condensed_distances(dist_fn: DistanceFn, n: int, block: int = 1024) -> np.ndarray:
-    """The condensed (upper-triangle, row-major) distance vector of items ``0..n-1``,
+    """Return the condensed (upper-triangle, row-major) distance vector of items ``0..n-1``,
     computed ``block`` rows at a time from ``dist_fn(rows, cols)`` (memory: the vector
-    plus one ``block x n`` block)."""
+    plus one ``block x n`` block).
+    """
     out = np.empty(n * (n - 1) // 2, dtype=np.float64)
     pos = 0
     for a in range(0, n, block):
@@ -160,7 +162,8 @@ def draw_distinct(rng: np.random.Generator, q: np.ndarray, num: int) -> np.ndarr
 
 def data_shares(clients: np.ndarray, sizes: dict[int, int]) -> np.ndarray:
     """``p_k`` of ``clients`` from reported sizes, renormalised over them; a client not
-    yet reported counts with the mean reported size (all equal when none is known)."""
+    yet reported counts with the mean reported size (all equal when none is known).
+    """
     known = [sizes[int(c)] for c in clients if int(c) in sizes]
     default = float(np.mean(known)) if known else 1.0
     w = np.array([sizes.get(int(c), default) for c in clients], dtype=np.float64)
@@ -266,7 +269,8 @@ def algorithm2_distributions(
 
 def draw_one_per_distribution(rng: np.random.Generator, dists: np.ndarray, shares: np.ndarray) -> np.ndarray:
     """One distinct client from each row of ``dists``: a row whose remaining support is
-    empty draws among all remaining clients by ``shares``."""
+    empty draws among all remaining clients by ``shares``.
+    """
     m, n = dists.shape
     free = np.ones(n, dtype=bool)
     chosen = np.empty(min(m, n), dtype=np.int64)

@@ -67,7 +67,8 @@ PROXIES = ("stale", "ideal")
 def pairwise_distances(x: np.ndarray, block: int = 2048) -> np.ndarray:
     """Euclidean distances between the rows of ``x`` ([n, d]) as an [n, n] float32 matrix,
     from ``||a||^2 + ||b||^2 - 2 <a, b>`` in row blocks (negative round-off clipped to 0;
-    the diagonal is 0)."""
+    the diagonal is 0).
+    """
     x = np.asarray(x, dtype=np.float32)
     n = x.shape[0]
     sq = np.einsum("ij,ij->i", x, x)
@@ -163,9 +164,11 @@ class DivFLSampler(Sampler):
             self.updates[u.client] = self.sketch(flatten(u.arrays) - g)
 
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
+        """Learn from the round's replies (data sizes, update statistics)."""
         self._store(updates, global_arrays)
 
     def sample(self, server_round: int, online: np.ndarray, num: int) -> np.ndarray:
+        """Choose at most ``num`` of the ``online`` clients to train in ``server_round``."""
         online = np.asarray(online, dtype=np.int64)
         num = min(int(num), len(online))
         self._last = {}
@@ -207,16 +210,20 @@ class DivFLSampler(Sampler):
     def round_metrics(self) -> dict[str, Any]:
         """``divfl_mean_distance``: mean distance from a represented client's proxy to the
         nearest chosen one (how well the K chosen cover the rest); ``divfl_probed``
-        (ideal): how many online clients answered the probe."""
+        (ideal): how many online clients answered the probe.
+        """
         return dict(self._last)
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         probe = f", probe_steps={self.probe_steps or 'round'}" if self.proxies == "ideal" else ""
         return f"divfl(proxies={self.proxies}{probe}, sketch_dim={self.sketch.dim})"
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {"rng": self.rng.bit_generator.state, "updates": {str(c): v.tolist() for c, v in self.updates.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.rng.bit_generator.state = state["rng"]
         self.updates = {int(c): np.asarray(v, dtype=np.float32) for c, v in state["updates"].items()}

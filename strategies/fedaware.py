@@ -74,7 +74,7 @@ Rows = Union[np.ndarray, slice]
 
 # ============================================================================ kernels
 def two_point(v1v1: float, v1v2: float, v2v2: float) -> float:
-    """The weight c of v1 in min_c ||c v1 + (1 - c) v2||^2, by the spec's two-point rule.
+    """Return the weight c of v1 in min_c ||c v1 + (1 - c) v2||^2, by the spec's two-point rule.
 
     Parameters
     ----------
@@ -98,7 +98,8 @@ def two_point(v1v1: float, v1v2: float, v2v2: float) -> float:
 
 def _scaled_gram(gram: np.ndarray, scale: Optional[np.ndarray]) -> Callable[[int], np.ndarray]:
     """Column t of S G S (S = diag(scale)), without forming S G S (read as row t: G is
-    symmetric, and a row is contiguous)."""
+    symmetric, and a row is contiguous).
+    """
     if scale is None:
         return lambda t: gram[t]
     return lambda t: scale * gram[t] * scale[t]
@@ -107,7 +108,7 @@ def _scaled_gram(gram: np.ndarray, scale: Optional[np.ndarray]) -> Callable[[int
 def best_pair(
     gram: np.ndarray, scale: Optional[np.ndarray] = None, block_elems: int = 4_000_000
 ) -> tuple[int, int, float, float]:
-    """The pair (i < j) whose best two-point combination has the smallest norm.
+    """Return the pair (i < j) whose best two-point combination has the smallest norm.
 
     Parameters
     ----------
@@ -152,15 +153,16 @@ def best_pair(
         if cost[r, jj] < best[0]:
             i, j = b0 + r, b0 + 1 + jj
             best = (float(cost[r, jj]), i, j, two_point(float(diag[i]), float(v1v2[r, jj]), float(diag[j])))
-    cost, i, j, c = best
-    return i, j, c, cost
+    best_cost, i, j, c = best
+    return i, j, c, best_cost
 
 
 @dataclass
 class MinNormResult:
     """A min-norm solve's answer: the weights, ||sum_i w_i v_i||^2, the iterations run,
     and the Frank-Wolfe duality gap lambda.M.lambda - min_i (M lambda)_i at the answer
-    (>= 0; ``value`` exceeds the optimum by at most twice the gap)."""
+    (>= 0; ``value`` exceeds the optimum by at most twice the gap).
+    """
 
     weights: np.ndarray
     value: float
@@ -169,14 +171,15 @@ class MinNormResult:
 
     @property
     def relative_gap(self) -> float:
-        """gap / value (0 when the value is 0): what ``aware_gap`` reports."""
+        """Return gap / value (0 when the value is 0): what ``aware_gap`` reports."""
         return self.gap / self.value if self.value > 0 else 0.0
 
 
 def _start(gram: np.ndarray, scale: Optional[np.ndarray]):
     """Both solvers' start: the checked Gram matrix's column accessor, its (scaled)
     diagonal, lambda at the best pair (:func:`best_pair`) and M lambda; or the answer
-    itself for one vector."""
+    itself for one vector.
+    """
     gram = np.asarray(gram)
     if gram.ndim != 2 or gram.shape[0] != gram.shape[1] or gram.shape[0] == 0:
         raise ValueError(f"gram must be a non-empty square matrix, got shape {gram.shape}")
@@ -356,7 +359,8 @@ class MomentumStore:
 
     def get(self, rows: Rows, dtype: Any = np.float64) -> np.ndarray:
         """Rows as ``dtype`` (float64 or float32), [len(rows), d]. A float32 slice of a
-        float32 store is a read-only view (no copy)."""
+        float32 store is a read-only view (no copy).
+        """
         if self.dtype == "bfloat16":
             import torch
 
@@ -429,6 +433,12 @@ class AwareCore:
         it gets a fresh momentum when it trains again).
     reset_on_switch
         Forget all momenta (and warm up again) when an initializer replaces the model.
+    max_age
+        None (the paper): every stored momentum enters the solve. An integer A: only the
+        momenta refreshed in the last A + 1 aggregations (age <= A; this round's are age
+        0) do; older ones stay stored and come back when their client trains again. For
+        samplers that pick some clients far more often than others (HiCS-FL), whose
+        rarely picked clients' momenta are many rounds stale (docs/composition.md).
     """
 
     def __init__(
@@ -447,6 +457,7 @@ class AwareCore:
         dtype: str = "float32",
         departed: str = "keep",
         reset_on_switch: bool = False,
+        max_age: Optional[int] = None,
     ) -> None:
         if solver not in SOLVERS:
             raise ValueError(f"solver {solver!r}: must be one of {', '.join(SOLVERS)}")
@@ -456,13 +467,17 @@ class AwareCore:
             raise ValueError(f"departed {departed!r}: must be one of {', '.join(DEPARTED)}")
         if not 0.0 < momentum <= 1.0:
             raise ValueError(f"momentum {momentum}: must be in (0, 1]")
+        if max_age is not None and max_age < 0:
+            raise ValueError(f"max_age {max_age}: must be >= 0 or None")
         if dtype not in MOMENTUM_DTYPES:
             raise ValueError(f"dtype {dtype!r}: must be one of {', '.join(MOMENTUM_DTYPES)}")
         self.num_clients = num_clients
         self.momentum, self.normalize, self.warmup = momentum, normalize, warmup
         self.iters, self.tol, self.solver, self.gap_tol = iters, tol, solver, gap_tol
         self.memory, self.layers, self.dtype = memory, layers, dtype
-        self.departed, self.reset_on_switch = departed, reset_on_switch
+        self.departed, self.reset_on_switch, self.max_age = departed, reset_on_switch, max_age
+        self.step = 0  # aggregations so far (direction() calls)
+        self.refreshed = np.zeros(num_clients, dtype=np.int64)  # step at which each momentum was last set
         self.store: Optional[MomentumStore] = None
         self.gram = np.zeros((0, 0))
         self.has = np.zeros(num_clients, dtype=bool)
@@ -530,6 +545,7 @@ class AwareCore:
         old = self.store.get(ids)  # zero rows for clients without a momentum
         self.store.set(ids, (1.0 - a) * old + a * grads[:, self.offset :])
         self.has[ids] = True
+        self.refreshed[ids] = self.step
         self._update_gram(ids)
 
     def _update_gram(self, ids: np.ndarray) -> None:
@@ -599,6 +615,7 @@ class AwareCore:
             raise ValueError(f"client ids must be distinct and in 0..{self.num_clients - 1}: {ids.tolist()}")
         x = flatten(global_arrays)
         grads = np.stack([x - flatten(u.arrays) for u in updates])  # g_i = x - x_i, rows as ids
+        self.step += 1
         online_mask = None
         if online is not None:
             online_mask = np.zeros(self.num_clients, dtype=bool)
@@ -616,6 +633,9 @@ class AwareCore:
                 return None
             self.warm = True
         active = self.has if (self.departed != "exclude" or online_mask is None) else self.has & online_mask
+        age = self.step - self.refreshed
+        if self.max_age is not None:
+            active = active & (age <= self.max_age)
         active_ids = np.flatnonzero(active)
         gram = self.gram if active_ids.size == self.num_clients else self.gram[np.ix_(active_ids, active_ids)]
         scale = None
@@ -630,6 +650,7 @@ class AwareCore:
         lam[active_ids] = res.weights
         self.last_weights = lam
         if self.memory == "full":
+            assert self.store is not None  # allocated with the memory
             coef = res.weights * (scale if scale is not None else 1.0)
             nz = np.flatnonzero(coef)
             d = coef[nz] @ self.store.get(active_ids[nz]) if nz.size else np.zeros(self.store.dim)
@@ -642,6 +663,7 @@ class AwareCore:
             aware_fw_iters=res.iterations,
             aware_gap=res.relative_gap,
             aware_min_norm=math.sqrt(res.value),
+            aware_age=float(res.weights @ age[active_ids]),
             aware_d_norm=float(np.linalg.norm(d)),
             aware_solve_s=time.perf_counter() - t0,
         )
@@ -664,6 +686,7 @@ class AwareCore:
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         state: dict[str, Any] = {
             "has": self.has.copy(),
             "warm": self.warm,
@@ -672,14 +695,20 @@ class AwareCore:
             "memory": self.memory,
             "offset": self.offset,
             "total_dim": self.total_dim,
+            "step": self.step,
+            "refreshed": self.refreshed.copy(),
         }
         if self.store is not None:
             state["momenta"] = self.store.get(slice(0, self.num_clients)).astype(np.float32)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.has = np.asarray(state["has"], dtype=bool).copy()
         self.warm = bool(state["warm"])
+        # checkpoints of fedflex before max_age: ages start from the resume
+        self.step = int(state.get("step", 0))
+        self.refreshed = np.asarray(state.get("refreshed", np.zeros(self.num_clients)), dtype=np.int64).copy()
         if "momenta" in state:
             momenta = np.asarray(state["momenta"], dtype=np.float64)
             self.keys = list(state["keys"])
@@ -689,15 +718,17 @@ class AwareCore:
             self.gram = np.asarray(state["gram"], dtype=np.float64).copy()
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return (
             f"momentum={self.momentum}, normalize={self.normalize}, warmup={self.warmup}, "
             f"memory={self.memory}{f'({self.layers})' if self.memory == 'last-layers' else ''}, "
-            f"dtype={self.dtype}, departed={self.departed}, solver={self.solver}, iters={self.iters}, tol={self.tol}"
+            f"dtype={self.dtype}, departed={self.departed}, max_age={self.max_age}, "
+            f"solver={self.solver}, iters={self.iters}, tol={self.tol}"
         )
 
 
 def _online(ctx: Any, server_round: int) -> Optional[np.ndarray]:
-    """The clients online this round, when the strategy tells (FedFlex's round record)."""
+    """Return the clients online this round, when the strategy tells (FedFlex's round record)."""
     record = getattr(ctx, "record", None)
     online = getattr(record, "online", None)
     if record is None or getattr(record, "round", None) != server_round or not online:
@@ -706,7 +737,7 @@ def _online(ctx: Any, server_round: int) -> Optional[np.ndarray]:
 
 
 def _step(global_arrays: Arrays, direction: np.ndarray, factor: float, updates: list[ClientUpdate]) -> Arrays:
-    """x + factor * direction over the float entries (dtype kept); others from the first reply."""
+    """Return x + factor * direction over the float entries (dtype kept); others from the first reply."""
     out: Arrays = OrderedDict()
     offset = 0
     for key, x in global_arrays.items():
@@ -746,6 +777,7 @@ class FedAwareAggregator(Aggregator):
         self._zero_logged = False
 
     def aggregate(self, server_round: int, global_arrays: Arrays, updates: list[ClientUpdate]) -> Arrays:
+        """Return the next global model from the global model and the round's replies."""
         d = self.core.direction(global_arrays, updates, _online(self.ctx, server_round))
         self._metrics = dict(self.core.metrics)
         if d is None:
@@ -768,19 +800,24 @@ class FedAwareAggregator(Aggregator):
         return new
 
     def round_metrics(self) -> dict[str, Any]:
+        """Return this round's figures for the round's row of metrics.jsonl."""
         return dict(self._metrics)
 
     def on_model_switch(self, server_round: int) -> None:
+        """React to the initializer replacing the global model (state is reset when configured)."""
         if self.core.reset_on_switch:
             self.core.reset()
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {"core": self.core.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.core.load_state_dict(state["core"])
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return (
             f"fedaware({self.core.summary()}, rescale={self.rescale}, server_lr={self.server_lr}, "
             f"weighted={self.weighted})"
@@ -797,6 +834,7 @@ class AwarePlugin(PartWrapper, Aggregator):
     """
 
     name = "aware"
+    base: Aggregator
 
     def __init__(self, base: Aggregator, num_clients: int, **core: Any) -> None:
         super().__init__(base)
@@ -804,6 +842,7 @@ class AwarePlugin(PartWrapper, Aggregator):
         self._metrics: dict[str, Any] = {}
 
     def aggregate(self, server_round: int, global_arrays: Arrays, updates: list[ClientUpdate]) -> Arrays:
+        """Return the next global model from the global model and the round's replies."""
         d = self.core.direction(global_arrays, updates, _online(self.ctx, server_round))
         base_new = self.base.aggregate(server_round, global_arrays, updates)
         self._metrics = dict(self.base.round_metrics())
@@ -823,21 +862,26 @@ class AwarePlugin(PartWrapper, Aggregator):
         return new
 
     def round_metrics(self) -> dict[str, Any]:
+        """Return this round's figures for the round's row of metrics.jsonl."""
         return dict(self._metrics)  # the base's figures (taken in aggregate) and AWARE's
 
     def on_model_switch(self, server_round: int) -> None:
+        """React to the initializer replacing the global model (state is reset when configured)."""
         super().on_model_switch(server_round)
         if self.core.reset_on_switch:
             self.core.reset()
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {"base": self.base.state_dict(), "core": self.core.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.base.load_state_dict(state["base"])
         self.core.load_state_dict(state["core"])
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return f"{self.base.summary()} x aware({self.core.summary()})"
 
 
@@ -857,6 +901,7 @@ def _core_kwargs(cfg: "ScenarioConfig") -> dict[str, Any]:
         "dtype": a.aware_dtype,
         "departed": a.aware_departed,
         "reset_on_switch": a.on_model_switch == "reset",
+        "max_age": a.aware_max_age,
     }
 
 
@@ -876,8 +921,9 @@ def wrap_aware(base: Aggregator, cfg: "ScenarioConfig") -> AwarePlugin:
 
 
 def with_aware(factory: Callable[["ScenarioConfig"], Aggregator]) -> Callable[["ScenarioConfig"], Aggregator]:
-    """A registry factory that wraps its aggregator in :class:`AwarePlugin` when the
-    scenario says ``strategy.aggregator.aware: true``."""
+    """Return a registry factory that wraps its aggregator in :class:`AwarePlugin` when the
+    scenario says ``strategy.aggregator.aware: true``.
+    """
 
     def make(cfg: "ScenarioConfig") -> Aggregator:
         base = factory(cfg)

@@ -43,25 +43,32 @@ def fedcm_delta(updates: list[Arrays], steps: list[int], start: Arrays, lr: floa
 
 
 class FedCMServer(ModelStateRule):
+    """FedCM's server half: keeps and sends the global momentum ``delta`` built from the clients' updates."""
+
     name = rule = "fedcm"
     state_key = "delta"
+    delta: Arrays  # the state, set by ModelStateRule under ``state_key``
 
     def __init__(self, lr: float, reset_on_switch: bool = False, options: Optional[LocalRuleConfig] = None) -> None:
         super().__init__(reset_on_switch, options)
         self.lr = lr
 
     def train_payload(self, server_round: int) -> dict[str, Arrays]:
+        """Return the array records added to this round's train messages (name -> arrays)."""
         if not self.delta:
+            assert self.ctx is not None  # bound before any round
             self.delta = OrderedDict(
                 (k, np.zeros(v.shape, dtype=np.float32)) for k, v in self.ctx.global_arrays.items() if is_float(v)
             )
         return {keys.FEDCM_DELTA: self.delta}
 
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
+        """Learn from the round's replies (data sizes, update statistics)."""
         if not updates:
             return
         steps = [int(u.metrics.get(keys.NUM_STEPS, 0)) for u in updates]
         self.delta = fedcm_delta([u.arrays for u in updates], steps, global_arrays, self.lr)
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return f"fedcm(lr={self.lr}, reset_on_switch={self.reset_on_switch}; {super().summary()})"

@@ -223,7 +223,8 @@ class FedCorSampler(Sampler):
     def queries(self, server_round: int) -> bool:
         """Whether this round's global model is evaluated by every online client: the
         warm-up rounds and the round after them, then rounds ``warmup + m R`` and
-        ``warmup + m R + 1`` (R = ``refresh``)."""
+        ``warmup + m R + 1`` (R = ``refresh``).
+        """
         after = server_round - self.warmup - 1
         if after <= 0:
             return True
@@ -231,6 +232,7 @@ class FedCorSampler(Sampler):
 
     # -------------------------------------------------------------- hooks
     def sample(self, server_round: int, online: np.ndarray, num: int) -> np.ndarray:
+        """Choose at most ``num`` of the ``online`` clients to train in ``server_round``."""
         online = np.asarray(online, dtype=np.int64)
         num = min(int(num), len(online))
         self._last = {}
@@ -244,6 +246,7 @@ class FedCorSampler(Sampler):
         return explore_first(self.rng, online, num, known, lambda cands, rest: self._select(server_round, cands, rest))
 
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
+        """Learn from the round's replies (data sizes, update statistics)."""
         for u in updates:
             self.sizes[u.client] = u.num_examples
 
@@ -302,16 +305,19 @@ class FedCorSampler(Sampler):
     def round_metrics(self) -> dict[str, Any]:
         """``fedcor_queried``: clients that reported a loss this round (query rounds only);
         ``fedcor_gain``: the summed expected reduction of the weighted global loss of the
-        greedy picks, in the GP's units (selection rounds only)."""
+        greedy picks, in the GP's units (selection rounds only).
+        """
         return dict(self._last)
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return (
             f"fedcor(warmup={self.warmup}, refresh={self.refresh}, rank={self.rank}, history={self.history}, "
             f"discount={self.discount})"
         )
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {
             "rng": self.rng.bit_generator.state,
             "sizes": {str(c): n for c, n in self.sizes.items()},
@@ -322,6 +328,7 @@ class FedCorSampler(Sampler):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.rng.bit_generator.state = state["rng"]
         self.sizes = {int(c): int(n) for c, n in state["sizes"].items()}
         self.last_loss = {int(c): float(v) for c, v in state["last_loss"].items()}

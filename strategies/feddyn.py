@@ -30,7 +30,7 @@ from fedflex.strategies.parts import Arrays, ClientUpdate, ModelStateRule
 
 
 def feddyn_h(h: Arrays, updates: list[Arrays], start: Arrays, alpha: float, num_clients: int) -> Arrays:
-    """h - alpha (1/m) sum_k (w_k - w^{t-1}) over the float arrays (h: zeros when empty)."""
+    """Return h - alpha (1/m) sum_k (w_k - w^{t-1}) over the float arrays (h: zeros when empty)."""
     out = OrderedDict()
     for k, w in start.items():
         if not is_float(w):
@@ -42,8 +42,11 @@ def feddyn_h(h: Arrays, updates: list[Arrays], start: Arrays, alpha: float, num_
 
 
 class FedDynServer(ModelStateRule):
+    """FedDyn's server half: keeps the state ``h`` and shifts every reply by -h / alpha before the aggregator."""
+
     name = rule = "feddyn"
     state_key = "h"
+    h: Arrays  # the state, set by ModelStateRule under ``state_key``
 
     def __init__(
         self, num_clients: int, reset_on_switch: bool = False, options: Optional[LocalRuleConfig] = None
@@ -53,9 +56,11 @@ class FedDynServer(ModelStateRule):
 
     @property
     def alpha(self) -> float:
+        """Return FedDyn's alpha (``strategy.local_rule.feddyn_alpha``)."""
         return self.options.feddyn_alpha
 
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
+        """Learn from the round's replies (data sizes, update statistics)."""
         if not updates:
             return
         self.h = feddyn_h(self.h, [u.arrays for u in updates], global_arrays, self.alpha, self.num_clients)
@@ -66,4 +71,5 @@ class FedDynServer(ModelStateRule):
             u.arrays = arrays
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return f"feddyn(num_clients={self.num_clients}, reset_on_switch={self.reset_on_switch}; {super().summary()})"

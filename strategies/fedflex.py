@@ -29,7 +29,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional, cast
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -43,7 +43,7 @@ from fedflex.churn import Availability, SessionTracker
 from fedflex.records import record_key
 from fedflex.strategies.diagnostics import e_lud
 from fedflex.strategies.nodes import NodeDirectory
-from fedflex.strategies.parts import Aggregator, ClientUpdate, Initializer, Part, Sampler, ServerRule
+from fedflex.strategies.parts import Aggregator, ClientUpdate, Initializer, Part, RoundContext, Sampler, ServerRule
 from fedflex.strategies.privacy import SERVER_SIDE, calling_dp_wrapper, check_dp_wrapper
 from fedflex.strategies.replies import NONFINITE, ReplyLimits, check_reply, num_examples_problem
 from fedflex.strategies.robust import clip_update
@@ -54,7 +54,8 @@ FLOWER_EVAL_LOSS = "eval_loss"
 
 class RunFailedError(RuntimeError):
     """The run ended without a usable result; its message is the one-line reason that
-    ``summary.json`` records as ``failure`` (``"status": "failed"``)."""
+    ``summary.json`` records as ``failure`` (``"status": "failed"``).
+    """
 
 
 class TooFewClientsError(RunFailedError):
@@ -82,6 +83,7 @@ class RoundRecord:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
+        """Return the round's row of metrics.jsonl."""
         row = {
             "round": self.round,
             "phase": self.phase,
@@ -271,7 +273,7 @@ class FedFlex(FedAvg):
         self.reply_limits = dataclasses.replace(self._base_limits, records=records, metrics=metrics)
         self.nodes = NodeDirectory(num_clients, query_timeout=self.query_timeout, identify=self.identify)
         for part in self.parts:
-            part.bind(self)
+            part.bind(cast(RoundContext, self))  # num_clients is set by now
 
     @property
     def ready(self) -> bool:
@@ -280,7 +282,8 @@ class FedFlex(FedAvg):
 
     def _prepare(self, grid: Grid, arrays: ArrayRecord) -> None:
         """Before a round under Flower's loop: wait for ``min_available_nodes`` (as Flower's
-        FedAvg does) and, with a ``parts_factory``, build the parts for the nodes seen."""
+        FedAvg does) and, with a ``parts_factory``, build the parts for the nodes seen.
+        """
         if self.ready:
             return
         waited = 0.0
@@ -291,6 +294,7 @@ class FedFlex(FedAvg):
             waited += 1.0
         n = self.num_clients or len(list(grid.get_node_ids()))
         rounds = self._num_rounds or 0
+        assert self.parts_factory is not None  # not ready: the parts come from the factory
         sampler, aggregator, initializer, rule = self.parts_factory(n, rounds, record_to_numpy(arrays))
         self._set_parts(n, sampler, aggregator, initializer, rule)
         log(INFO, "%s: %d clients, parts %s", type(self).__name__, n, ", ".join(p.summary() for p in self.parts))
@@ -303,6 +307,7 @@ class FedFlex(FedAvg):
 
     @property
     def parts(self) -> list[Part]:
+        """Return the strategy's parts: sampler, aggregator, initializer and server rule (if any)."""
         parts: list[Part] = [self.sampler, self.aggregator, self.initializer]
         return parts + ([self.server_rule] if self.server_rule is not None else [])
 
@@ -354,7 +359,7 @@ class FedFlex(FedAvg):
         # 7. the initializer sees the round's model; 8. evaluate it
         self.initializer.on_round_end(server_round, record.session, self.global_arrays)
         if evaluate_fn is not None:
-            res = evaluate_fn(record, self._global_record())
+            res: Optional[Mapping[str, Any]] = evaluate_fn(record, self._global_record())
             if res is not None:
                 record.test_accuracy = float(res["test-accuracy"])
                 record.test_loss = float(res["test-loss"])
@@ -364,8 +369,9 @@ class FedFlex(FedAvg):
         return record
 
     def _begin(self, server_round: int, grid: Grid) -> RoundRecord:
-        """Steps 1-2: the online set, the session counter, the initializer's model at a
-        session start; the round is ``skipped`` with fewer than ``min_clients`` online."""
+        """Return steps 1-2: the online set, the session counter, the initializer's model at a
+        session start; the round is ``skipped`` with fewer than ``min_clients`` online.
+        """
         record = self.record = RoundRecord(round=server_round)  # parts read its online set (FedAWARE)
         online = self.online_clients(server_round, grid)
         record.online = online.tolist()
@@ -388,8 +394,9 @@ class FedFlex(FedAvg):
         return record
 
     def _global_record(self) -> ArrayRecord:
-        """The global model as an ArrayRecord, converted once per model (all of a round's
-        messages share it)."""
+        """Return the global model as an ArrayRecord, converted once per model (all of a round's
+        messages share it).
+        """
         arrays, record = self._record_cache
         if record is None or arrays is not self.global_arrays:  # the cache holds the model: no id reuse
             record = numpy_to_record(self.global_arrays)
@@ -398,12 +405,13 @@ class FedFlex(FedAvg):
 
     # ------------------------------------------------------------------ RoundContext
     def data_sizes(self) -> dict[int, int]:
+        """Return the training-set size of every client that replied so far."""
         return self.sizes
 
     def train_round(
         self, server_round: int, arrays: "OrderedDict[str, np.ndarray]", clients: np.ndarray, phase: str
     ) -> Optional["OrderedDict[str, np.ndarray]"]:
-        """A real round outside the scenario's count (e.g. session-aware gradient rounds)."""
+        """Run a real round outside the scenario's count (e.g. session-aware gradient rounds)."""
         if self._grid is None:
             raise RuntimeError("train_round is only available while the strategy runs")
         t0 = time.perf_counter()
@@ -425,6 +433,7 @@ class FedFlex(FedAvg):
     def query(
         self, server_round: int, clients: np.ndarray, arrays: "OrderedDict[str, np.ndarray]"
     ) -> dict[int, dict[str, Any]]:
+        """Ask ``clients`` for their loss of ``arrays`` (a query message each); return their replies by client."""
         if self._grid is None:
             raise RuntimeError("query is only available while the strategy runs")
         config = ConfigRecord({keys.SERVER_ROUND: server_round, keys.WANT_LOSS: True})
@@ -446,7 +455,7 @@ class FedFlex(FedAvg):
             client = self.nodes.client_of(reply.metadata.src_node_id)
             if client is None or reply.has_error() or keys.METRICS not in reply.content.metric_records:
                 continue
-            metrics = dict(reply.content[keys.METRICS])
+            metrics: dict[str, Any] = dict(reply.content[keys.METRICS])
             if keys.EVAL_LOSS not in metrics and FLOWER_EVAL_LOSS in metrics:  # Flower's quickstart spelling
                 metrics[keys.EVAL_LOSS] = metrics[FLOWER_EVAL_LOSS]
             metrics[keys.NUM_EXAMPLES] = metrics.get(self.weighted_by_key)
@@ -460,6 +469,7 @@ class FedFlex(FedAvg):
     def probe(
         self, server_round: int, clients: np.ndarray, arrays: "OrderedDict[str, np.ndarray]", steps: int = 0
     ) -> list[ClientUpdate]:
+        """Train ``clients`` from ``arrays`` for ``steps`` steps (0: a round's worth), outside the round count."""
         if self._grid is None:
             raise RuntimeError("probe is only available while the strategy runs")
         # the scenario's training settings, but plain SGD and none of the parts' payloads:
@@ -498,15 +508,16 @@ class FedFlex(FedAvg):
 
     # ------------------------------------------------------------------ messages and replies
     def _round_lr(self, server_round: int) -> Optional[float]:
-        """The scheduled client learning rate of ``server_round`` (None: no schedule; the
+        """Return the scheduled client learning rate of ``server_round`` (None: no schedule; the
         train config's ``client.lr`` stands). The session clock reads the tracker, which
-        has seen this round by the time its messages are built."""
+        has seen this round by the time its messages are built.
+        """
         if self.client_lr is None:
             return None
         return float(self.client_lr(server_round, max(self.tracker.session_start_round, 1)))
 
     def _put_round_lr(self, config: ConfigRecord, server_round: int) -> None:
-        """A scheduled lr replaces the train config's ``client.lr`` (no schedule: nothing)."""
+        """Replace the train config's ``client.lr`` with a scheduled lr (no schedule: nothing)."""
         lr = self._round_lr(server_round)
         if lr is not None:
             config[record_key(keys.CLIENT, "lr")] = lr
@@ -518,7 +529,8 @@ class FedFlex(FedAvg):
 
     def _train_messages(self, server_round: int, arrays: ArrayRecord, clients: np.ndarray) -> list[Message]:
         """One train message per client, all sharing one content: the model, the parts'
-        payloads and config entries, the scenario's train config and the round."""
+        payloads and config entries, the scenario's train config and the round.
+        """
         content = RecordDict({self.arrayrecord_key: arrays})
         config = ConfigRecord(dict(self._config))
         for part in self.parts:
@@ -546,7 +558,8 @@ class FedFlex(FedAvg):
         """Validate replies, let the parts observe them, aggregate; fill ``record``.
         ``dst_of``: message id -> node id of the messages sent (error replies made by the
         SuperLink come from node 1, not from the node that failed); ``accepted``, when
-        given, receives the content of every reply that passed the checks."""
+        given, receives the content of every reply that passed the checks.
+        """
         updates: list[ClientUpdate] = []
         for reply in replies:
             node = reply.metadata.src_node_id
@@ -614,6 +627,7 @@ class FedFlex(FedAvg):
 
     def _clip(self, updates: list[ClientUpdate]) -> list[int]:
         """Clip every update to ``clip_norm`` (in place); the clients that were clipped."""
+        assert self.clip_norm is not None  # called only with clipping on
         clipped = []
         for u in updates:
             u.arrays, norm = clip_update(u.arrays, self.global_arrays, self.clip_norm)
@@ -626,9 +640,10 @@ class FedFlex(FedAvg):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Steps 1-4 of :meth:`run_round`: the online set, a session's model, the sampled
+        """Run steps 1-4 of :meth:`run_round`: the online set, a session's model, the sampled
         clients' train messages (the model, the parts' payloads, ``config`` and the
-        round's ``server-round``)."""
+        round's ``server-round``).
+        """
         wrapper = calling_dp_wrapper(self)
         self._prepare(grid, arrays)
         if self.fraction_train == 0.0:
@@ -659,7 +674,8 @@ class FedFlex(FedAvg):
         """Inside one of Flower's DP wrappers: refuse what it breaks, warn (once) what
         its noise does not cover (:mod:`strategies.privacy`); a server-side wrapper
         clips each reply against the model this round's messages carry (SessionAware
-        may have replaced the one the wrapper was given)."""
+        may have replaced the one the wrapper was given).
+        """
         if self._dp_checked is not wrapper:
             check_dp_wrapper(self, wrapper, self._flower_sent)
             self._dp_checked = wrapper
@@ -669,9 +685,10 @@ class FedFlex(FedAvg):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
-        """Steps 6-7 of :meth:`run_round`: the replies checked, observed, aggregated;
+        """Run steps 6-7 of :meth:`run_round`: the replies checked, observed, aggregated;
         the metrics of the accepted replies aggregated by ``train_metrics_aggr_fn``
-        (Flower's weighted average by default)."""
+        (Flower's weighted average by default).
+        """
         record = self._flower_round if self._flower_round is not None else RoundRecord(round=server_round)
         accepted: list[RecordDict] = []
         new = self._aggregate(server_round, replies, record, _destinations(self._flower_sent), accepted)
@@ -689,7 +706,8 @@ class FedFlex(FedAvg):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Federated evaluation as Flower's FedAvg (``fraction_evaluate``,
-        ``min_evaluate_nodes``), among the online clients when a churn schedule is set."""
+        ``min_evaluate_nodes``), among the online clients when a churn schedule is set.
+        """
         messages = list(super().configure_evaluate(server_round, arrays, config, grid))
         if self.availability is None or not self.ready:
             return messages
@@ -707,6 +725,7 @@ class FedFlex(FedAvg):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the global model and every part's state from a checkpoint."""
         self.global_arrays = OrderedDict(state["global_arrays"])
         for part in self.parts:
             name = type(part).__name__
@@ -793,7 +812,7 @@ class FedFlex(FedAvg):
                 result.train_metrics_clientapp[server_round] = metrics
             if record.test_accuracy is not None:
                 result.evaluate_metrics_serverapp[server_round] = MetricRecord(
-                    {"test-accuracy": record.test_accuracy, "test-loss": record.test_loss}
+                    {"test-accuracy": record.test_accuracy, "test-loss": cast(float, record.test_loss)}
                 )
             if on_round is not None:
                 on_round(record)

@@ -37,7 +37,7 @@ def fednova_tau_eff(a_norms: np.ndarray, weights: np.ndarray) -> float:
 
 
 def fednova_step(global_arrays: Arrays, ds: list[Arrays], a_norms: np.ndarray, weights: np.ndarray) -> Arrays:
-    """x - tau_eff sum_i p_i d_i for the keys the d_i hold (others unchanged)."""
+    """Return x - tau_eff sum_i p_i d_i for the keys the d_i hold (others unchanged)."""
     p = np.asarray(weights, dtype=np.float64)
     p = p / p.sum()
     tau_eff = fednova_tau_eff(a_norms, weights)
@@ -55,7 +55,8 @@ def normalised_models(
     global_arrays: Arrays, ds: list[Arrays], a_norms: np.ndarray, weights: np.ndarray
 ) -> list[Arrays]:
     """Per client, the parameters x - tau_eff d_i (the keys of d_i only): their
-    p-weighted average is :func:`fednova_step`."""
+    p-weighted average is :func:`fednova_step`.
+    """
     tau_eff = fednova_tau_eff(a_norms, weights)
     return [
         OrderedDict(
@@ -73,7 +74,8 @@ def normalised_models(
 
 class FedNovaServer(ServerRule):
     """Replaces the replies' parameters by FedNova's normalised models before the
-    aggregator (see the module docstring). ``weighted`` must match the aggregator's."""
+    aggregator (see the module docstring). ``weighted`` must match the aggregator's.
+    """
 
     name = rule = "fednova"
 
@@ -83,6 +85,7 @@ class FedNovaServer(ServerRule):
         self.tau_eff = 0.0
 
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
+        """Learn from the round's replies (data sizes, update statistics)."""
         if not updates:
             return
         ds = []
@@ -100,7 +103,9 @@ class FedNovaServer(ServerRule):
             u.arrays = arrays
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return f"fednova(weighted={self.weighted}; {super().summary()})"
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {}

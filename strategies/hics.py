@@ -141,7 +141,7 @@ DEFAULT_TEMPERATURE = {"bias": 0.0025, "unit": 0.2, "per-step": 0.1}
 
 
 def scaled_update(db: np.ndarray, estimate: str, lr: float = 1.0, steps: int = 1) -> np.ndarray:
-    """The vector HiCS-FL's entropy is taken of, for ``estimate``:
+    """Return the vector HiCS-FL's entropy is taken of, for ``estimate``.
 
     - ``bias``: ``db`` itself (the paper). Its size is lr x steps x (label share -
       predicted probability), so T must follow lr and steps, and as the global model
@@ -165,7 +165,8 @@ def hics_distance(
     db_a: np.ndarray, h_a: np.ndarray, db_b: np.ndarray, h_b: np.ndarray, hics_lambda: float
 ) -> np.ndarray:
     """Eq. 9 between every row of ``db_a`` and every row of ``db_b``:
-    ``arccos(cos(db_u, db_k)) + lambda |H_u - H_k|``, shape ``[len(a), len(b)]``."""
+    ``arccos(cos(db_u, db_k)) + lambda |H_u - H_k|``, shape ``[len(a), len(b)]``.
+    """
     h_a, h_b = np.atleast_1d(h_a), np.atleast_1d(h_b)
     return angle_matrix(unit_rows(db_a), unit_rows(db_b)) + hics_lambda * np.abs(h_a[:, None] - h_b[None, :])
 
@@ -189,15 +190,17 @@ def cluster_probabilities(mean_entropy: np.ndarray, gamma: float) -> np.ndarray:
 
 def client_probabilities(labels: np.ndarray, pi: np.ndarray, shares: np.ndarray) -> np.ndarray:
     """Probability that one draw of Algorithm 1 (cluster m ~ pi, then client k in G_m
-    with ``p_k / sum_{G_m} p_j``) yields client k: ``pi_{m(k)} p_k / P_{m(k)}``."""
+    with ``p_k / sum_{G_m} p_j``) yields client k: ``pi_{m(k)} p_k / P_{m(k)}``.
+    """
     shares = np.asarray(shares, dtype=np.float64)
     mass = np.bincount(labels, weights=shares)
     return pi[labels] * shares / mass[labels]
 
 
 def _draw_cluster_counts_uniform(rng: np.random.Generator, labels: np.ndarray, pi: np.ndarray, num: int) -> np.ndarray:
-    """The authors' draw: ``num`` cluster picks ~ pi, a full cluster is redrawn; then
-    the picked number of clients uniformly without replacement inside each cluster."""
+    """Return the authors' draw: ``num`` cluster picks ~ pi, a full cluster is redrawn; then
+    the picked number of clients uniformly without replacement inside each cluster.
+    """
     sizes = np.bincount(labels, minlength=pi.size)
     counts = np.zeros_like(sizes)
     for _ in range(min(num, labels.size)):
@@ -309,6 +312,7 @@ class HiCSSampler(Sampler):
         return math.ceil(self.num_clients / self.k) if self.k else 0
 
     def sample(self, server_round: int, online: np.ndarray, num: int) -> np.ndarray:
+        """Choose at most ``num`` of the ``online`` clients to train in ``server_round``."""
         online = np.asarray(online, dtype=np.int64)
         if self.k is None:
             self.k = max(int(num), 1)
@@ -332,6 +336,7 @@ class HiCSSampler(Sampler):
         return chosen
 
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
+        """Learn from the round's replies (data sizes, update statistics)."""
         for u in updates:
             self.sizes[u.client] = u.num_examples
             frozen = self.refresh == "frozen" and server_round > self.warmup_rounds
@@ -347,8 +352,8 @@ class HiCSSampler(Sampler):
             global_arrays[self.bias_key], dtype=np.float64
         )
         if self.variant == "paper":
-            h = estimate_entropy(scaled_update(db, self.estimate, self.lr, steps), self.temperature)
-            return float(h), db.astype(np.float32)
+            h = float(estimate_entropy(scaled_update(db, self.estimate, self.lr, steps), self.temperature))
+            return h, db.astype(np.float32)
         if self.weight_key is None or self.weight_key not in arrays:
             raise ValueError(f"hics variant=authors needs the output-layer weight {self.weight_key!r} in the model")
         dw = np.asarray(arrays[self.weight_key], dtype=np.float64) - np.asarray(
@@ -432,11 +437,13 @@ class HiCSSampler(Sampler):
         round), ``hics_explored`` (clients without an estimate taken first),
         ``hics_entropy`` (client -> its estimate after this round), and for the entropy
         rule ``hics_gamma``, ``hics_cluster_entropy`` and ``hics_cluster_prob`` (Hbar_m,
-        pi_m); for the authors' fallback ``hics_entropy_var``."""
+        pi_m); for the authors' fallback ``hics_entropy_var``.
+        """
         out, self._last = self._last, {}
         return out
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return (
             f"hics(T={self.temperature}, lambda={self.hics_lambda}, gamma0={self.gamma0}, "
             f"M={self.num_clusters or 'K'}, rounds={self.rounds}, departed={self.departed}, "
@@ -444,6 +451,7 @@ class HiCSSampler(Sampler):
         )
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {
             "rng": self.rng.bit_generator.state,
             "entropies": {str(c): h for c, h in self.entropies.items()},
@@ -454,6 +462,7 @@ class HiCSSampler(Sampler):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.rng.bit_generator.state = state["rng"]
         self.entropies = {int(c): float(h) for c, h in state["entropies"].items()}
         self.vectors = {int(c): np.asarray(v, dtype=np.float32) for c, v in state["vectors"].items()}
@@ -463,8 +472,9 @@ class HiCSSampler(Sampler):
 
 
 def hics_from_config(cfg: Any, bias_key: Optional[str]) -> HiCSSampler:
-    """The sampler a scenario's ``strategy.sampler`` section describes (``cfg`` a
-    :class:`fedflex.config.ScenarioConfig`)."""
+    """Return the sampler a scenario's ``strategy.sampler`` section describes (``cfg`` a
+    :class:`fedflex.config.ScenarioConfig`).
+    """
     s = cfg.strategy.sampler
     return HiCSSampler(
         bias_key=bias_key,

@@ -74,7 +74,8 @@ FLOWER_OPTIMIZERS = {
 
 def method_options(part: str, name: str, aware: bool = False) -> dict[str, Any]:
     """Option name -> default of the options part ``part`` named ``name`` reads (the
-    fields of its class in :mod:`fedflex.config`, defaults from there)."""
+    fields of its class in :mod:`fedflex.config`, defaults from there).
+    """
     cls = PART_OPTIONS[part]
     default = cls(name=name, **({"aware": True} if aware else {}))
     return {
@@ -85,8 +86,9 @@ def method_options(part: str, name: str, aware: bool = False) -> dict[str, Any]:
 
 
 def _default_bias_key(arrays: "OrderedDict[str, np.ndarray]") -> Optional[str]:
-    """The last one-dimensional float array of the model: the output layer's bias in
-    the usual ``state_dict`` order."""
+    """Return the last one-dimensional float array of the model: the output layer's bias in
+    the usual ``state_dict`` order.
+    """
     keys = [k for k, a in arrays.items() if a.ndim == 1 and np.issubdtype(a.dtype, np.floating)]
     return keys[-1] if keys else None
 
@@ -163,7 +165,7 @@ class FlowerStrategy(FedFlex):
             raise TypeError(f"{type(self).__name__}: {exc} (the method's options: {allowed})") from None
 
     def _scenario(self, num_clients: int, rounds: int, clients_per_round: int) -> ScenarioConfig:
-        """The scenario options of this method (checked by :func:`load_scenario`)."""
+        """Return the scenario options of this method (checked by :func:`load_scenario`)."""
         strategy: dict[str, dict[str, Any]] = {part: {} for part in PART_OPTIONS}
         for part, name in self.choice.items():
             strategy[part]["name"] = name
@@ -199,9 +201,10 @@ class FlowerStrategy(FedFlex):
         return build_parts(cfg, info)
 
 
-def _document(cls: type, defaults: dict[str, Any]) -> None:
+def _document(cls: Any, defaults: dict[str, Any]) -> None:
     """Append the method's options with their defaults (from :mod:`fedflex.config`) to
-    the class docstring, and give the class a signature that lists them."""
+    the class docstring, and give the class a signature that lists them.
+    """
     if defaults:
         lines = [
             "",
@@ -220,7 +223,7 @@ def _document(cls: type, defaults: dict[str, Any]) -> None:
     flex = inspect.signature(FedFlex.__init__).parameters
     skip = {"self", "sampler", "aggregator", "initializer", "server_rule", "parts_factory", "num_clients", "identify"}
     params += [p for name, p in flex.items() if name not in skip and name not in defaults]
-    cls.__signature__ = inspect.Signature(params[1:])  # type: ignore[attr-defined]
+    cls.__signature__ = inspect.Signature(params[1:])
 
 
 # ---------------------------------------------------------------------------- samplers
@@ -249,7 +252,8 @@ class PowerOfChoice(FlowerStrategy):
 
 class ClusteredSampling(FlowerStrategy):
     """Clustered Sampling (Fraboni et al., 2021, https://arxiv.org/abs/2105.05883), on
-    update similarity. Clients: any."""
+    update similarity. Clients: any.
+    """
 
     PARTS = {"sampler": "clustered"}
 
@@ -257,14 +261,16 @@ class ClusteredSampling(FlowerStrategy):
 class DivFL(FlowerStrategy):
     """DivFL (Balakrishnan et al., 2022, https://openreview.net/forum?id=nwKXyFvaUm):
     greedy facility location over update proxies. Clients: any (``divfl_proxies="ideal"``
-    sends extra TRAIN messages every round)."""
+    sends extra TRAIN messages every round).
+    """
 
     PARTS = {"sampler": "divfl"}
 
 
 class FedCor(FlowerStrategy):
     """FedCor (Tang et al., 2022, https://arxiv.org/abs/2103.13822): a Gaussian process
-    over the clients' loss changes. Clients: loss queries as :class:`PowerOfChoice`."""
+    over the clients' loss changes. Clients: loss queries as :class:`PowerOfChoice`.
+    """
 
     PARTS = {"sampler": "fedcor"}
 
@@ -272,14 +278,16 @@ class FedCor(FlowerStrategy):
 # ---------------------------------------------------------------------------- aggregators
 class FedAWARE(FlowerStrategy):
     """FedAWARE (Zeng et al., 2024, https://arxiv.org/abs/2305.04979): per-client update
-    momenta, aggregated with the min-norm weights that balance them. Clients: any."""
+    momenta, aggregated with the min-norm weights that balance them. Clients: any.
+    """
 
     PARTS = {"aggregator": "fedaware"}
 
 
 class FedAMS(FlowerStrategy):
     """FedAMS (Wang et al., 2022, https://arxiv.org/abs/2205.02719): AMSGrad on the
-    server. Clients: any."""
+    server. Clients: any.
+    """
 
     PARTS = {"aggregator": "fedams"}
 
@@ -328,7 +336,8 @@ class BHerd(FlowerStrategy):
     global step ``w - lr / bherd_alpha x sum_i p_i g_i`` with each client's herded
     gradient sum. Clients: must send ``herd-g`` and the herding metrics (fedflex's
     ClientApp with local rule bherd, or :class:`fedflex.clients.helpers.BHerdClient` around a
-    user's ``train()``); ``lr`` is the clients' learning rate."""
+    user's ``train()``); ``lr`` is the clients' learning rate.
+    """
 
     PARTS = {"aggregator": "bherd", "local_rule": "bherd"}
 
@@ -337,7 +346,8 @@ class SCAFFOLD(FlowerStrategy):
     """SCAFFOLD (Karimireddy et al., 2020, https://arxiv.org/abs/1910.06378), the server
     half: the server control variate, sent with every train message. Clients: must send
     ``scaffold-dc`` (fedflex's ClientApp with local rule scaffold, or
-    :class:`fedflex.clients.helpers.SCAFFOLDClient`)."""
+    :class:`fedflex.clients.helpers.SCAFFOLDClient`).
+    """
 
     PARTS = {"local_rule": "scaffold"}
 
@@ -346,7 +356,8 @@ class FedNova(FlowerStrategy):
     """FedNova (Wang et al., 2020, https://arxiv.org/abs/2007.07481), the server half:
     normalised averaging. Clients: must send ``fednova-d`` and ``fednova-a-norm``
     (fedflex's ClientApp with local rule fednova, :class:`fedflex.clients.helpers.FedNovaClient`
-    or :func:`fedflex.clients.helpers.fednova_mod`)."""
+    or :func:`fedflex.clients.helpers.fednova_mod`).
+    """
 
     PARTS = {"local_rule": "fednova"}
 
@@ -356,7 +367,8 @@ class FedDyn(FlowerStrategy):
     state h and the shifted average ``mean - h / feddyn_alpha``. Clients: the dynamic
     regulariser (fedflex's ClientApp with local rule feddyn, or
     :class:`fedflex.clients.helpers.FedDynClient`); a plain client's replies
-    are taken, and the server half alone is FedAvg with h's correction."""
+    are taken, and the server half alone is FedAvg with h's correction.
+    """
 
     PARTS = {"local_rule": "feddyn"}
 
@@ -366,7 +378,8 @@ class FedCM(FlowerStrategy):
     global momentum Delta, sent as the ``fedcm-delta`` record with every train message.
     Clients: local steps along ``fedcm_alpha g + (1 - fedcm_alpha) Delta`` (fedflex's
     ClientApp with local rule fedcm, or :class:`fedflex.clients.helpers.FedCMClient`); ``lr`` is
-    the clients' learning rate."""
+    the clients' learning rate.
+    """
 
     PARTS = {"local_rule": "fedcm"}
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional, cast
 
 import numpy as np
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
@@ -82,7 +82,8 @@ class NodeDirectory:
 
     def refresh(self, grid: Grid) -> None:
         """Drop departed nodes, identify new ones (and unanswered ones again after
-        ``retry_after`` seconds)."""
+        ``retry_after`` seconds).
+        """
         if self.bindings is not None:  # one Runtime API call for the ids and the keys
             self._public_keys = {int(info.node_id): bytes(info.public_key) for info in grid.get_nodes()}
             live = set(self._public_keys)
@@ -131,7 +132,8 @@ class NodeDirectory:
         in-process :class:`fedflex.launch.local_grid.LocalGrid` says its nodes' partition
         ids (``registration_order``), which saves its 10,000 queries through the ClientApp
         likewise. The order is confirmed by asking a few random nodes; on any mismatch, or
-        on another grid, every node is asked. Returns the nodes still to identify."""
+        on another grid, every node is asked. Returns the nodes still to identify.
+        """
         if type(grid).__name__ == "LocalGrid":
             order = list(grid.registration_order())
             if len(order) != self.num_clients or set(new) - set(order):
@@ -215,7 +217,7 @@ class NodeDirectory:
                 else:
                     logger.warning("node %d did not say its client id: %s", node, why)
                 continue
-            client = int(reply.content[keys.CONFIG][keys.PARTITION_ID])
+            client = int(cast(Mapping[str, Any], reply.content[keys.CONFIG])[keys.PARTITION_ID])
             problem = self._key_problem(node, client)
             if problem:
                 logger.error("node %d claims client id %d: refused, %s", node, client, problem)
@@ -251,7 +253,8 @@ class NodeDirectory:
 
     def _add_by_node_id(self, node: int) -> bool:
         """Give ``node`` the client id it had, or the next one no node-id client holds;
-        False (logged) when all ``num_clients`` ids are taken."""
+        False (logged) when all ``num_clients`` ids are taken.
+        """
         client = self.by_node_id.get(node)
         if client is None:
             taken = set(self.by_node_id.values()) | set(self.client_to_node)
@@ -270,7 +273,8 @@ class NodeDirectory:
 
     def _add(self, node: int, client: int) -> bool:
         """Map ``node`` to ``client``; False (ignored) when the id is out of range or
-        another live node serves it (then ``node`` waits in ``duplicates``)."""
+        another live node serves it (then ``node`` waits in ``duplicates``).
+        """
         if not 0 <= client < self.num_clients:
             logger.warning(
                 "node %d holds client id %d, outside 0..%d of this scenario; ignored",
@@ -301,7 +305,8 @@ class NodeDirectory:
 
     def answers_queries(self, node: int) -> bool:
         """Whether ``node`` said its partition id (it runs fedflex's ClientApp, which also
-        answers loss queries); nodes identified by node id get EVALUATE messages instead."""
+        answers loss queries); nodes identified by node id get EVALUATE messages instead.
+        """
         return node not in self.by_node_id
 
     def clients(self) -> np.ndarray:
@@ -309,9 +314,11 @@ class NodeDirectory:
         return np.array(sorted(self.client_to_node), dtype=np.int64)
 
     def nodes_of(self, clients: Iterable[int]) -> list[int]:
+        """Return the node ids of ``clients``."""
         return [self.client_to_node[int(c)] for c in clients]
 
     def client_of(self, node: int) -> int | None:
+        """Return the client id of ``node``, or None for an unknown node."""
         return self.node_to_client.get(node)
 
 
@@ -335,7 +342,7 @@ def simulated_node_count(
     deadline = clock() + timeout
     count, since = -1, clock()
     while True:
-        now_count = len(grid.get_node_ids())
+        now_count = len(list(grid.get_node_ids()))
         if now_count >= need:
             return now_count
         now = clock()
@@ -351,7 +358,7 @@ def simulated_node_count(
 def _says_partition_id(reply: Message) -> bool:
     """Whether a query reply carries an integer ``partition-id`` in its config."""
     try:
-        int(reply.content[keys.CONFIG][keys.PARTITION_ID])
+        int(cast(Mapping[str, Any], reply.content[keys.CONFIG])[keys.PARTITION_ID])
     except (KeyError, TypeError, ValueError):
         return False
     return True

@@ -43,6 +43,7 @@ class RunClock:
         self.t0 = time.perf_counter()
 
     def total(self) -> float:
+        """Return the seconds the run has taken, earlier sessions of a resumed run included."""
         return self.previous + time.perf_counter() - self.t0
 
 
@@ -55,6 +56,7 @@ class OnlineLabelRows:
         self._cache: dict[tuple[int, ...], torch.Tensor] = {}
 
     def __call__(self, online: list[int]) -> torch.Tensor:
+        """Return the test-set rows of the labels the ``online`` clients hold (cached by online set)."""
         key = tuple(online)
         if key not in self._cache:
             labels = sorted(set().union(*(self.client_labels[c] for c in online))) if online else []
@@ -65,7 +67,8 @@ class OnlineLabelRows:
 
 class TestSetEvaluation:
     """``evaluate_fn``: test loss and accuracy every ``evaluation.every`` rounds and after
-    the last one; ``online-accuracy`` too with ``evaluation.online_labels``."""
+    the last one; ``online-accuracy`` too with ``evaluation.online_labels``.
+    """
 
     def __init__(
         self, cfg: ScenarioConfig, model: torch.nn.Module, test: ArrayDataset, client_labels: list[frozenset[int]]
@@ -76,6 +79,7 @@ class TestSetEvaluation:
         self.online_rows = OnlineLabelRows(test.y, client_labels) if cfg.evaluation.online_labels else None
 
     def __call__(self, record, arrays: ArrayRecord) -> Optional[MetricRecord]:
+        """Evaluate ``arrays`` on the test set when this round is due; return the metrics or None."""
         if record.round % self.every and record.round != self.last:
             return None
         self.model.load_state_dict(arrays.to_torch_state_dict())
@@ -91,12 +95,14 @@ class TestSetEvaluation:
 
 class RowWriter:
     """``on_round``: every record (extra rounds of parts included) to metrics.jsonl and
-    to the progress display."""
+    to the progress display.
+    """
 
     def __init__(self, recorder, progress) -> None:
         self.recorder, self.progress = recorder, progress
 
     def __call__(self, record) -> None:
+        """Write the round's row (results file, progress)."""
         row = record.to_json()
         if self.recorder is not None:
             self.recorder.log_round(row)
@@ -107,7 +113,8 @@ class Tracking:
     """``on_round``: every record's numeric fields to the experiment trackers
     (:mod:`fedflex.tracking`); the flattened config when made, the summary's numbers at
     :meth:`finish`. A tracker that fails during the run is logged and dropped: the run
-    and its files go on."""
+    and its files go on.
+    """
 
     def __init__(self, trackers: list[Tracker], config: dict[str, Any]) -> None:
         self.trackers = list(trackers)
@@ -125,12 +132,14 @@ class Tracking:
                 self.trackers.remove(tracker)
 
     def __call__(self, record) -> None:
+        """Send the round's scalars to every tracker."""
         row = record.to_json()
         self.last_round = max(self.last_round, int(row["round"]))
         scalars = row_scalars(row)
         self._each(lambda t: t.log(int(row["round"]), scalars))
 
     def finish(self, summary: dict[str, Any]) -> None:
+        """Send the summary's figures and the status to every tracker."""
         values, status = numeric(summary), str(summary.get("status"))
         self._each(lambda t: t.finish(values, status, self.last_round))
 
@@ -142,6 +151,7 @@ class EachRound:
         self.observers = [o for o in observers if o is not None]
 
     def __call__(self, record) -> None:
+        """Pass the round's record to every observer."""
         for observer in self.observers:
             observer(record)
 
@@ -187,6 +197,7 @@ class StopRules:
         return self._decided[record.round]
 
     def __call__(self, record) -> bool:
+        """Return True when a stop rule says the run ends after this round."""
         return self.decide(record)[0]
 
     def _rules(self, record) -> tuple[bool, bool]:
@@ -233,7 +244,8 @@ class StopRules:
 class Checkpointer:
     """``after_round``: the server state every ``every`` rounds (0: never), after the
     last round, and after a round a stop rule ends resumably (a signal: even with
-    ``every`` 0, so that the run can be resumed)."""
+    ``every`` 0, so that the run can be resumed).
+    """
 
     def __init__(
         self,
@@ -248,6 +260,7 @@ class Checkpointer:
         self.stops, self.last_record, self.clock = stops, last_record, clock
 
     def __call__(self, server_round: int) -> None:
+        """Write a checkpoint when one is due (every ``checkpoint_every`` rounds, at a stop or a signal)."""
         record = self.last_record()
         stop, resumable = self.stops.decide(record) if record is not None else (False, False)
         signalled = resumable and interrupts.requested() is not None

@@ -50,7 +50,7 @@ class ServerOptimizer(Aggregator):
         self.state: dict[str, "OrderedDict[str, np.ndarray]"] = {}
 
     def pseudo_gradient(self, global_arrays: Arrays, updates: list[ClientUpdate]) -> "OrderedDict[str, np.ndarray]":
-        """delta = avg_i x_i - x over the float entries."""
+        """Return delta = avg_i x_i - x over the float entries."""
         w = np.array([u.num_examples if self.weighted else 1.0 for u in updates], dtype=np.float64)
         avg = weighted_average([u.arrays for u in updates], w)
         return OrderedDict(
@@ -58,22 +58,26 @@ class ServerOptimizer(Aggregator):
         )
 
     def step(self, delta: "OrderedDict[str, np.ndarray]") -> "OrderedDict[str, np.ndarray]":
-        """The update u to add to x (x <- x + u); updates the optimiser state."""
+        """Return the update u to add to x (x <- x + u); updates the optimiser state."""
         raise NotImplementedError
 
     def aggregate(self, server_round: int, global_arrays: Arrays, updates: list[ClientUpdate]) -> Arrays:
+        """Return the next global model from the global model and the round's replies."""
         delta = self.pseudo_gradient(global_arrays, updates)
         update = self.step(delta)
         return apply_update(global_arrays, update, updates)
 
     def on_model_switch(self, server_round: int) -> None:
+        """React to the initializer replacing the global model (state is reset when configured)."""
         if self.reset_on_switch:
             self.state = {}
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {"state": {k: dict(v) for k, v in self.state.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.state = {k: OrderedDict(v) for k, v in state["state"].items()}
 
     def _zeros(self, name: str, like: "OrderedDict[str, np.ndarray]") -> "OrderedDict[str, np.ndarray]":
@@ -83,7 +87,7 @@ class ServerOptimizer(Aggregator):
 
 
 def apply_update(global_arrays: Arrays, update: "OrderedDict[str, np.ndarray]", updates: list[ClientUpdate]) -> Arrays:
-    """x + u on float entries (dtype kept); non-float entries from the first reply."""
+    """Return x + u on float entries (dtype kept); non-float entries from the first reply."""
     out: Arrays = OrderedDict()
     for k, g in global_arrays.items():
         if k in update:
@@ -94,6 +98,8 @@ def apply_update(global_arrays: Arrays, update: "OrderedDict[str, np.ndarray]", 
 
 
 class FedAvgM(ServerOptimizer):
+    """FedAvg with server momentum (FedAvgM)."""
+
     name = "fedavgm"
 
     def __init__(self, server_lr: float = 1.0, momentum: float = 0.9, **kw: Any) -> None:
@@ -101,12 +107,14 @@ class FedAvgM(ServerOptimizer):
         self.momentum = momentum
 
     def step(self, delta):
+        """Return the server update for the pseudo-gradient ``delta`` (optimiser state in ``self.state``)."""
         v = self._zeros("v", delta)
         for k in delta:
             v[k] = self.momentum * v[k] - delta[k]
         return OrderedDict((k, -self.server_lr * v[k]) for k in delta)
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return f"fedavgm(server_lr={self.server_lr}, momentum={self.momentum})"
 
 
@@ -138,23 +146,32 @@ class _Adaptive(ServerOptimizer):
 
 
 class FedAdagrad(_Adaptive):
+    """FedAdagrad: the adaptive server optimiser with a summed second moment."""
+
     name = "fedadagrad"
 
     def second_moment(self, v, d2):
+        """Return the next second-moment estimate from ``v`` and the squared pseudo-gradient ``d2``."""
         return v + d2
 
 
 class FedAdam(_Adaptive):
+    """FedAdam: the adaptive server optimiser with Adam's second moment."""
+
     name = "fedadam"
 
     def second_moment(self, v, d2):
+        """Return the next second-moment estimate from ``v`` and the squared pseudo-gradient ``d2``."""
         return self.beta2 * v + (1 - self.beta2) * d2
 
 
 class FedYogi(_Adaptive):
+    """FedYogi: the adaptive server optimiser with Yogi's second moment."""
+
     name = "fedyogi"
 
     def second_moment(self, v, d2):
+        """Return the next second-moment estimate from ``v`` and the squared pseudo-gradient ``d2``."""
         return v - (1 - self.beta2) * d2 * np.sign(v - d2)
 
 
@@ -195,6 +212,7 @@ class FedAMS(ServerOptimizer):
         self.beta1, self.beta2, self.tau, self.epsilon_at = beta1, beta2, tau, epsilon_at
 
     def step(self, delta):
+        """Return the server update for the pseudo-gradient ``delta`` (optimiser state in ``self.state``)."""
         m, v, v_hat = self._zeros("m", delta), self._zeros("v", delta), self._zeros("v_hat", delta)
         out = OrderedDict()
         for k, d in delta.items():
@@ -204,6 +222,7 @@ class FedAMS(ServerOptimizer):
         return out
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return (
             f"fedams(server_lr={self.server_lr}, beta1={self.beta1}, beta2={self.beta2}, tau={self.tau}, "
             f"epsilon_at={self.epsilon_at})"

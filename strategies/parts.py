@@ -17,7 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol
+from typing import Any, Optional, Protocol, TypeAlias
 
 import numpy as np
 
@@ -25,13 +25,14 @@ from fedflex import keys
 from fedflex.config import LocalRuleConfig
 from fedflex.records import to_record
 
-Arrays = "OrderedDict[str, np.ndarray]"
+Arrays: TypeAlias = "OrderedDict[str, np.ndarray]"
 
 
 @dataclass
 class ClientUpdate:
     """One validated training reply: the client's model (``arrays``), its metrics, and any
-    further array records its local rule sent (``extras``, e.g. SCAFFOLD's control delta)."""
+    further array records its local rule sent (``extras``, e.g. SCAFFOLD's control delta).
+    """
 
     client: int
     num_examples: int
@@ -52,31 +53,36 @@ class RoundContext(Protocol):
     def train_round(self, server_round: int, arrays: Arrays, clients: np.ndarray, phase: str) -> Optional[Arrays]:
         """Run one real training round with ``clients`` from ``arrays`` outside the
         scenario's round count (logged with ``phase``); the aggregated model, or None
-        when no reply was usable."""
+        when no reply was usable.
+        """
 
     def query(self, server_round: int, clients: np.ndarray, arrays: Arrays) -> dict[int, dict[str, Any]]:
         """Ask ``clients`` to evaluate ``arrays`` on their data (a QUERY round trip);
-        client id -> metrics (``eval-loss``, ``num-examples``) of those that answered."""
+        client id -> metrics (``eval-loss``, ``num-examples``) of those that answered.
+        """
 
     def probe(self, server_round: int, clients: np.ndarray, arrays: Arrays, steps: int = 0) -> list[ClientUpdate]:
         """Let ``clients`` train from ``arrays`` with plain local SGD (the round's training
         settings; ``steps`` > 0: that many local steps) and return their validated
         updates, sorted by client, without aggregating them or showing them to any part
-        (e.g. DivFL's "ideal" update proxies)."""
+        (e.g. DivFL's "ideal" update proxies).
+        """
 
 
 class Part(ABC):  # noqa: B024 - the part types below (Sampler, ...) declare abstract hooks
     """Common surface: a name, a one-line summary, a checkpointable state, and optional
-    extra content for the train messages."""
+    extra content for the train messages.
+    """
 
     name: str = "part"
     ctx: Optional[RoundContext] = None
 
     def bind(self, ctx: RoundContext) -> None:
-        """Called once by the strategy that owns the part."""
+        """Receive the round context (called once by the strategy that owns the part)."""
         self.ctx = ctx
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (its name unless overridden)."""
         return self.name
 
     def train_payload(self, server_round: int) -> "dict[str, OrderedDict[str, np.ndarray]]":
@@ -88,17 +94,20 @@ class Part(ABC):  # noqa: B024 - the part types below (Sampler, ...) declare abs
         return {}
 
     def on_model_switch(self, server_round: int) -> None:  # noqa: B027 - optional hook
-        """The initializer replaced the global model (optimiser state may be reset)."""
+        """React to the initializer replacing the global model (optimiser state may be reset)."""
 
     def round_metrics(self) -> dict[str, Any]:
-        """What the part saw and decided this round (merged into the round's row of
-        metrics.jsonl); keep it small."""
+        """Return what the part saw and decided this round (merged into the round's row of
+        metrics.jsonl); keep it small.
+        """
         return {}
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (nothing unless overridden)."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Restore the state that :meth:`state_dict` returned (nothing unless overridden)."""
         pass
 
 
@@ -106,25 +115,31 @@ class PartWrapper(Part):
     """A part around another one (``base``): the strategy talks to the wrapper, and every
     hook the wrapper does not override goes to ``base`` (binding, train message content,
     model switches, round metrics), so a wrapper never silently drops what its base
-    reports. Subclasses nest ``base``'s state in their checkpoint."""
+    reports. Subclasses nest ``base``'s state in their checkpoint.
+    """
 
     def __init__(self, base: Part) -> None:
         self.base = base
 
     def bind(self, ctx: RoundContext) -> None:
+        """Receive the round context, and hand it to the wrapped part."""
         super().bind(ctx)
         self.base.bind(ctx)
 
     def train_payload(self, server_round: int) -> "dict[str, OrderedDict[str, np.ndarray]]":
+        """Return the array records added to this round's train messages (name -> arrays)."""
         return self.base.train_payload(server_round)
 
     def train_config(self, server_round: int) -> dict[str, Any]:
+        """Return the config entries added to this round's train messages."""
         return self.base.train_config(server_round)
 
     def on_model_switch(self, server_round: int) -> None:
+        """React to the initializer replacing the global model (state is reset when configured)."""
         self.base.on_model_switch(server_round)
 
     def round_metrics(self) -> dict[str, Any]:
+        """Return this round's figures for the round's row of metrics.jsonl."""
         return self.base.round_metrics()
 
 
@@ -139,8 +154,9 @@ class Sampler(Part):
         """Learn from the round's replies (e.g. data sizes, update statistics)."""
 
     def round_metrics(self) -> dict[str, Any]:
-        """What the sampler saw and decided this round (written to metrics.jsonl after
-        ``observe``); keep it O(clients sampled), not O(clients online)."""
+        """Return what the sampler saw and decided this round (written to metrics.jsonl after
+        ``observe``); keep it O(clients sampled), not O(clients online).
+        """
         return {}
 
 
@@ -149,7 +165,7 @@ class Aggregator(Part):
 
     @abstractmethod
     def aggregate(self, server_round: int, global_arrays: Arrays, updates: list[ClientUpdate]) -> Arrays:
-        """The next global model from the current one and the replies."""
+        """Return the next global model from the current one and the replies."""
 
     def round_metrics(self) -> dict[str, Any]:
         """Method-specific figures of the last aggregation (written to metrics.jsonl)."""
@@ -171,7 +187,8 @@ class ServerRule(Part):
     reads, under ``local-rule``), as Flower's FedProx adds its ``proximal-mu``; subclasses
     add what else the clients need (e.g. SCAFFOLD's server control variate) and learn from
     their extras before aggregation. The plain class serves rules that need nothing else
-    (``sgd``, ``fedprox``, ``bherd``, ``grab``)."""
+    (``sgd``, ``fedprox``, ``bherd``, ``grab``).
+    """
 
     name = "rule"
     rule = "sgd"  # the local rule this half belongs to: the name of its default options
@@ -180,9 +197,11 @@ class ServerRule(Part):
         self.options = options if options is not None else LocalRuleConfig(name=self.rule)
 
     def train_config(self, server_round: int) -> dict[str, Any]:
+        """Return the rule's options as sent to clients with every train message."""
         return to_record(self.options, keys.LOCAL_RULE, only=self.options.sent())
 
     def summary(self) -> str:
+        """Describe the rule by the options it sends to clients."""
         sent = {k[len(keys.LOCAL_RULE) + 1 :]: v for k, v in self.train_config(0).items()}
         return ", ".join(f"{k}={v}" for k, v in sent.items())
 
@@ -190,9 +209,10 @@ class ServerRule(Part):
         """See the round's validated replies (before the aggregator)."""
 
     def reply_needs(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The array records and metrics every training reply of this rule carries
+        """Return the array records and metrics every training reply of this rule carries
         (:data:`RULE_REPLIES`; BHerd on SCAFFOLD also sends ``scaffold-dc``); a reply
-        without one of them, or with another array record, is rejected."""
+        without one of them, or with another array record, is rejected.
+        """
         records, metrics = RULE_REPLIES.get(self.options.name, ((), ()))
         if self.options.name == "bherd" and self.options.bherd_base == "scaffold":
             records += (keys.SCAFFOLD_DC,)
@@ -202,7 +222,8 @@ class ServerRule(Part):
 class ModelStateRule(ServerRule):
     """A server half that keeps one model-shaped state, named ``state_key`` (SCAFFOLD's c,
     FedDyn's h, FedCM's Delta): empty (read as zeros) at first, emptied when an
-    initializer replaces the model if ``reset_on_switch``, checkpointed under its name."""
+    initializer replaces the model if ``reset_on_switch``, checkpointed under its name.
+    """
 
     state_key = "state"
 
@@ -212,13 +233,16 @@ class ModelStateRule(ServerRule):
         setattr(self, self.state_key, OrderedDict())
 
     def on_model_switch(self, server_round: int) -> None:
+        """React to the initializer replacing the global model (state is reset when configured)."""
         if self.reset_on_switch:
             setattr(self, self.state_key, OrderedDict())
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {self.state_key: dict(getattr(self, self.state_key))}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         setattr(self, self.state_key, OrderedDict(state[self.state_key]))
 
 
@@ -228,7 +252,7 @@ class Initializer(Part):
     def on_session_start(
         self, server_round: int, session: int, online: np.ndarray, global_arrays: Arrays
     ) -> Optional[Arrays]:
-        """A replacement global model for the new session, or None to keep the current one."""
+        """Return a replacement global model for the new session, or None to keep the current one."""
         return None
 
     def on_round_end(self, server_round: int, session: int, global_arrays: Arrays) -> None:

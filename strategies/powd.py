@@ -29,8 +29,9 @@ from fedflex.strategies.parts import Arrays, ClientUpdate, Sampler
 
 
 def highest_loss(candidates: np.ndarray, losses: dict[int, float], num: int) -> np.ndarray:
-    """The ``num`` candidates with the highest loss (stable: ties keep candidate order);
-    candidates without a loss fill the remaining places in candidate order."""
+    """Return the ``num`` candidates with the highest loss (stable: ties keep candidate order);
+    candidates without a loss fill the remaining places in candidate order.
+    """
     answered = [int(c) for c in candidates if int(c) in losses]
     ranked = sorted(answered, key=lambda c: -losses[c])  # sorted() is stable
     silent = [int(c) for c in candidates if int(c) not in losses]
@@ -75,6 +76,7 @@ class PowDSampler(Sampler):
         return sizes
 
     def sample(self, server_round: int, online: np.ndarray, num: int) -> np.ndarray:
+        """Choose at most ``num`` of the ``online`` clients to train in ``server_round``."""
         online = np.asarray(online, dtype=np.int64)
         num = min(int(num), len(online))
         if num == 0:
@@ -102,22 +104,27 @@ class PowDSampler(Sampler):
         return np.sort(chosen)
 
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
+        """Learn from the round's replies (data sizes, update statistics)."""
         for u in updates:
             self.sizes[u.client] = u.num_examples
 
     def round_metrics(self) -> dict[str, Any]:
         """``powd_candidates`` (d), ``powd_mean_loss`` (mean loss the candidates reported
         on the global model) and ``powd_chosen_loss`` (mean over the K chosen): how much
-        the loss query separated the chosen clients from the rest."""
+        the loss query separated the chosen clients from the rest.
+        """
         out, self._last = self._last, {}
         return out
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return f"pow-d(d={self.d or 'all online'})"
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {"rng": self.rng.bit_generator.state, "sizes": {str(c): n for c, n in self.sizes.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.rng.bit_generator.state = state["rng"]
         self.sizes = {int(c): int(n) for c, n in state["sizes"].items()}

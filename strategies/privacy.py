@@ -36,7 +36,7 @@ from flwr.serverapp.strategy import (
     DifferentialPrivacyServerSideFixedClipping,
 )
 
-from fedflex.strategies.parts import ServerRule
+from fedflex.strategies.parts import Part, ServerRule
 
 if TYPE_CHECKING:
     from fedflex.strategies.fedflex import FedFlex
@@ -78,7 +78,7 @@ PLAIN = {"uniform", "fedavg", "previous", "rule", "sgd", "fedprox"}
 
 
 def calling_dp_wrapper(strategy: "FedFlex", depth: int = 2) -> Optional[Any]:
-    """The Flower DP wrapper whose method called ours (``depth`` frames up), or None.
+    """Return the Flower DP wrapper whose method called ours (``depth`` frames up), or None.
 
     The wrapped strategy is not told that it is wrapped; its caller is the wrapper's
     ``configure_train``, whose ``self`` holds it as ``strategy``.
@@ -92,7 +92,8 @@ def calling_dp_wrapper(strategy: "FedFlex", depth: int = 2) -> Optional[Any]:
 
 def _part_names(strategy: "FedFlex") -> list[str]:
     names = []
-    for part in strategy.parts:
+    for top in strategy.parts:
+        part: Optional[Part] = top
         while part is not None:
             names.append(part.options.name if isinstance(part, ServerRule) else part.name)
             part = getattr(part, "base", None)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, cast
 
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
@@ -95,12 +95,13 @@ class ReplyLimits:
     weight_key: str = keys.NUM_EXAMPLES
 
     def bound(self, client: Optional[int]) -> Optional[int]:
-        """The most examples ``client`` may claim (None: unbounded)."""
+        """Return the most examples ``client`` may claim (None: unbounded)."""
         if self.cap is not None:
             return self.cap
         return self.sizes.get(client) if client is not None else None
 
     def byte_limit(self, global_arrays: Mapping[str, np.ndarray]) -> int:
+        """Return the largest reply accepted, in bytes (``max_bytes``, else a multiple of the model's size)."""
         if self.max_bytes is not None:
             return self.max_bytes
         return AUTO_FACTOR * sum(int(a.nbytes) for a in global_arrays.values()) + AUTO_SLACK
@@ -132,10 +133,12 @@ def num_examples_problem(n: Any, bound: Optional[int] = None, key: str = keys.NU
 
 def reply_bytes(content: RecordDict) -> int:
     """Bytes a reply carries: array data plus metric and config values (strings and
-    bytes by length, numbers 8 bytes each); cheap, nothing is decoded."""
+    bytes by length, numbers 8 bytes each); cheap, nothing is decoded.
+    """
     total = sum(len(a.data) for record in content.array_records.values() for a in record.values())
     for record in (*content.metric_records.values(), *content.config_records.values()):
-        for value in record.values():
+        # flwr's stubs: the unpacked records are InflatableObject, which declares no values()
+        for value in record.values():  # type: ignore[attr-defined]
             for item in value if isinstance(value, list) else [value]:
                 total += len(item) if isinstance(item, (str, bytes)) else 8
     return total
@@ -144,9 +147,10 @@ def reply_bytes(content: RecordDict) -> int:
 def _decode(
     record: ArrayRecord, ref: Mapping[str, np.ndarray], name: str, whole: bool
 ) -> tuple[Optional["OrderedDict[str, np.ndarray]"], str]:
-    """A record's arrays checked against the model ``ref``: the model's names in order
+    """Return a record's arrays checked against the model ``ref``: the model's names in order
     (``whole``, the model itself) or a subset of them (a rule's record, which must hold
-    real floats); shapes and, for the model, dtypes as the model's; finite floats."""
+    real floats); shapes and, for the model, dtypes as the model's; finite floats.
+    """
     where = f"{name}/" if name else ""
     if whole and list(record) != list(ref):
         return None, "array names differ from the global model's"
@@ -178,8 +182,9 @@ def check_reply(
     limits: Optional[ReplyLimits] = None,
     client: Optional[int] = None,
 ) -> tuple[Optional[ClientUpdate], str]:
-    """A validated :class:`ClientUpdate` from a training reply of ``client``, or
-    (None, the reason in one line); see the module docstring for what is checked."""
+    """Return a validated :class:`ClientUpdate` from a training reply of ``client``, or
+    (None, the reason in one line); see the module docstring for what is checked.
+    """
     limits = limits if limits is not None else ReplyLimits()
     if limits.arrays_key not in content.array_records:
         return None, f"no {limits.arrays_key}"
@@ -188,7 +193,7 @@ def check_reply(
     size, limit = reply_bytes(content), limits.byte_limit(global_arrays)
     if size > limit:
         return None, f"reply holds {size / MB:.1f} MB, more than the {limit / MB:.1f} MB limit"
-    metrics = dict(content[keys.METRICS])
+    metrics: dict[str, Any] = dict(content[keys.METRICS])
     n = metrics.get(limits.weight_key)
     problem = num_examples_problem(n, limits.bound(client), limits.weight_key)
     if problem:
@@ -208,14 +213,16 @@ def check_reply(
     if missing:
         helper = HELPERS.get(missing[0], "the local rule sends it")
         return None, f"no {missing[0]} record: {helper}"
-    arrays, reason = _decode(content[limits.arrays_key], global_arrays, "", whole=True)
+    arrays, reason = _decode(cast(ArrayRecord, content[limits.arrays_key]), global_arrays, "", whole=True)
     if arrays is None:
         return None, reason
     extras = {}
     for name in names:
-        extra, reason = _decode(content[name], global_arrays, name, whole=False)
+        extra, reason = _decode(cast(ArrayRecord, content[name]), global_arrays, name, whole=False)
         if extra is None:
             return None, reason
         extras[name] = extra
     client_id = -1 if client is None else client
-    return ClientUpdate(client=client_id, num_examples=int(n), arrays=arrays, metrics=metrics, extras=extras), ""
+    return ClientUpdate(
+        client=client_id, num_examples=int(cast(int, n)), arrays=arrays, metrics=metrics, extras=extras
+    ), ""

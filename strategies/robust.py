@@ -32,10 +32,10 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections import OrderedDict
 from logging import WARNING
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import numpy as np
-from flwr.app import MetricRecord, RecordDict
+from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from flwr.common import log
 from flwr.serverapp.strategy.bulyan import aggregate_n_closest_weights
 from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
@@ -71,7 +71,8 @@ def clip_update(arrays: Arrays, global_arrays: Arrays, max_norm: float) -> tuple
 
 class RobustAggregator(Aggregator):
     """Base of the robust aggregators: :meth:`combine` the replies' float arrays, then
-    step x <- x + ``server_lr`` (agg - x); non-float entries keep the global model's."""
+    step x <- x + ``server_lr`` (agg - x); non-float entries keep the global model's.
+    """
 
     def __init__(self, server_lr: float = 1.0) -> None:
         self.server_lr = server_lr
@@ -79,10 +80,12 @@ class RobustAggregator(Aggregator):
 
     @abstractmethod
     def combine(self, server_round: int, models: list[Arrays], updates: list[ClientUpdate]) -> Optional[Arrays]:
-        """The aggregate of ``models`` (float arrays only, one per update), or None to
-        keep the model this round."""
+        """Return the aggregate of ``models`` (float arrays only, one per update), or None to
+        keep the model this round.
+        """
 
     def aggregate(self, server_round: int, global_arrays: Arrays, updates: list[ClientUpdate]) -> Arrays:
+        """Return the next global model from the global model and the round's replies."""
         self._metrics = {}
         floats = [k for k, g in global_arrays.items() if is_float(g)]
         models = [OrderedDict((k, u.arrays[k]) for k in floats) for u in updates]
@@ -97,9 +100,11 @@ class RobustAggregator(Aggregator):
         return out
 
     def round_metrics(self) -> dict[str, Any]:
+        """Return this round's figures for the round's row of metrics.jsonl."""
         return self._metrics
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return f"{self.name}(server_lr={self.server_lr})"
 
 
@@ -113,12 +118,14 @@ class MedianAggregator(RobustAggregator):
     name = "median"
 
     def combine(self, server_round: int, models: list[Arrays], updates: list[ClientUpdate]) -> Arrays:
+        """Combine the clients' models by this aggregator's robust rule."""
         return OrderedDict((k, np.median(s, axis=0)) for k, s in _stacked(models).items())
 
 
 class TrimmedMeanAggregator(RobustAggregator):
     """Per coordinate, the mean without the ``floor(beta n)`` lowest and highest values
-    (FedTrimmedAvg's ``trim_mean``)."""
+    (FedTrimmedAvg's ``trim_mean``).
+    """
 
     name = "trimmed-mean"
 
@@ -127,15 +134,17 @@ class TrimmedMeanAggregator(RobustAggregator):
         self.beta = beta
 
     def combine(self, server_round: int, models: list[Arrays], updates: list[ClientUpdate]) -> Arrays:
+        """Combine the clients' models by this aggregator's robust rule."""
         self._metrics = {"trimmed_per_side": int(self.beta * len(models))}
         return OrderedDict((k, trim_mean(s, self.beta)) for k, s in _stacked(models).items())
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return f"trimmed-mean(beta={self.beta}, server_lr={self.server_lr})"
 
 
 def _contents(models: list[Arrays], weights: list[float]) -> list[RecordDict]:
-    """Replies as the RecordDicts Flower's selection and averaging functions read."""
+    """Return replies as the RecordDicts Flower's selection and averaging functions read."""
     return [
         RecordDict({keys.ARRAYS: numpy_to_record(m), keys.METRICS: MetricRecord({keys.NUM_EXAMPLES: float(w)})})
         for m, w in zip(models, weights)
@@ -150,7 +159,8 @@ class KrumAggregator(RobustAggregator):
     """Krum (``select``=1) or Multi-Krum: the ``select`` replies (None: n - f) with the
     smallest summed squared distance to their n - f - 2 nearest replies, averaged by
     examples (``weighted``) or plainly. The selected client ids are logged as
-    ``krum_selected``."""
+    ``krum_selected``.
+    """
 
     def __init__(
         self, num_malicious: int, select: Optional[int] = 1, weighted: bool = True, server_lr: float = 1.0
@@ -160,6 +170,7 @@ class KrumAggregator(RobustAggregator):
         self.f, self.select, self.weighted = num_malicious, select, weighted
 
     def combine(self, server_round: int, models: list[Arrays], updates: list[ClientUpdate]) -> Arrays:
+        """Combine the clients' models by this aggregator's robust rule."""
         n = len(models)
         if n < 2 * self.f + 3:
             log(
@@ -178,6 +189,7 @@ class KrumAggregator(RobustAggregator):
         return record_to_numpy(aggregate_arrayrecords(chosen, keys.NUM_EXAMPLES))
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         select = "" if self.name == "krum" else f", select={self.select or 'n - f'}, weighted={self.weighted}"
         return f"{self.name}(f={self.f}{select}, server_lr={self.server_lr})"
 
@@ -185,7 +197,8 @@ class KrumAggregator(RobustAggregator):
 class BulyanAggregator(RobustAggregator):
     """Bulyan: multikrum selects theta = n - 2f replies; per coordinate, the mean of the
     theta - 2f selected values closest to their median. Needs n >= 4f + 3 replies; a
-    round with fewer keeps the model (logged). Selected client ids: ``bulyan_selected``."""
+    round with fewer keeps the model (logged). Selected client ids: ``bulyan_selected``.
+    """
 
     name = "bulyan"
 
@@ -194,6 +207,7 @@ class BulyanAggregator(RobustAggregator):
         self.f = num_malicious
 
     def combine(self, server_round: int, models: list[Arrays], updates: list[ClientUpdate]) -> Optional[Arrays]:
+        """Combine the clients' models by this aggregator's robust rule."""
         n, f = len(models), self.f
         if n < 4 * f + 3:
             log(WARNING, "round %d: bulyan: %d replies, fewer than 4f + 3 = %d: model kept", server_round, n, 4 * f + 3)
@@ -204,9 +218,10 @@ class BulyanAggregator(RobustAggregator):
         chosen = select_multikrum(contents, num_malicious_nodes=f, num_nodes_to_select=theta)
         self._metrics = {"bulyan_selected": _selected(contents, chosen, updates)}
         names = list(models[0])
-        selected = [list(record_to_numpy(c[keys.ARRAYS]).values()) for c in chosen]
+        selected = [list(record_to_numpy(cast(ArrayRecord, c[keys.ARRAYS])).values()) for c in chosen]
         medians = [np.median(np.stack(layer), axis=0) for layer in zip(*selected)]
         return OrderedDict(zip(names, aggregate_n_closest_weights(medians, selected, theta - 2 * f)))
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return f"bulyan(f={self.f}, server_lr={self.server_lr})"

@@ -23,8 +23,11 @@ from fedflex.strategies.parts import Arrays, ClientUpdate, ModelStateRule
 
 
 class ScaffoldServer(ModelStateRule):
+    """SCAFFOLD's server half: keeps the global control variate ``c``, sends it and updates it."""
+
     name = rule = "scaffold"
     state_key = "c"
+    c: Arrays  # the state, set by ModelStateRule under ``state_key``
 
     def __init__(
         self, num_clients: int, reset_on_switch: bool = False, options: Optional[LocalRuleConfig] = None
@@ -37,10 +40,13 @@ class ScaffoldServer(ModelStateRule):
             self.c = OrderedDict((k, np.zeros(v.shape, dtype=np.float32)) for k, v in like.items() if is_float(v))
 
     def train_payload(self, server_round: int) -> dict[str, Arrays]:
+        """Return the array records added to this round's train messages (name -> arrays)."""
+        assert self.ctx is not None  # bound before any round
         self._ensure(self.ctx.global_arrays)
         return {keys.SCAFFOLD_C: self.c}
 
     def observe(self, server_round: int, updates: list[ClientUpdate], global_arrays: Arrays) -> None:
+        """Learn from the round's replies (data sizes, update statistics)."""
         self._ensure(global_arrays)
         for u in updates:
             dc = u.extras.get(keys.SCAFFOLD_DC)
@@ -50,4 +56,5 @@ class ScaffoldServer(ModelStateRule):
                 self.c[k] = (self.c[k] + v / self.num_clients).astype(np.float32)
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return f"scaffold(reset_on_switch={self.reset_on_switch}; {super().summary()})"

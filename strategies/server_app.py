@@ -22,7 +22,7 @@ import logging
 import shlex
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, cast
 
 import numpy as np
 import torch
@@ -75,7 +75,7 @@ logger = logging.getLogger(__name__)
 
 
 def task_json(cfg: ScenarioConfig) -> str:
-    """What a client needs to rebuild the task (data, partition, model), as stable JSON."""
+    """Return what a client needs to rebuild the task (data, partition, model), as stable JSON."""
     spec = {
         "dataset": asdict(cfg.dataset),
         "partition": asdict(cfg.partition),
@@ -89,9 +89,10 @@ def task_json(cfg: ScenarioConfig) -> str:
 
 
 def train_config(cfg: ScenarioConfig) -> ConfigRecord:
-    """The ConfigRecord every train message carries: the task, the seed and the local
+    """Return the ConfigRecord every train message carries: the task, the seed and the local
     training settings (``client.*``, :func:`fedflex.records.to_record`); the local rule's
-    server half adds the rule's own options each round."""
+    server half adds the rule's own options each round.
+    """
     return ConfigRecord(
         {
             keys.TASK: task_json(cfg),
@@ -102,7 +103,7 @@ def train_config(cfg: ScenarioConfig) -> ConfigRecord:
 
 
 def initial_model(cfg: ScenarioConfig, input_shape: tuple[int, ...], num_classes: int) -> torch.nn.Module:
-    """The round-0 global model, seeded by the scenario."""
+    """Return the round-0 global model, seeded by the scenario."""
     torch.manual_seed(cfg.seed)
     return build_model(cfg.model, input_shape, num_classes)
 
@@ -116,9 +117,10 @@ CHECKPOINT_VERSION = 1
 
 
 def save_checkpoint(out_dir: Path, server_round: int, strategy, run_wall_s: float = 0.0) -> None:
-    """The server state after ``server_round`` (atomic write, :func:`fedflex.statefile.write_state`:
+    """Save the server state after ``server_round`` (atomic write, :func:`fedflex.statefile.write_state`:
     the arrays in an ``.npz``, the rest as JSON; nothing that loading could execute);
-    ``run_wall_s``: the run's wall time so far (summed over resumes)."""
+    ``run_wall_s``: the run's wall time so far (summed over resumes).
+    """
     state = {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
@@ -130,7 +132,7 @@ def save_checkpoint(out_dir: Path, server_round: int, strategy, run_wall_s: floa
 
 
 def load_checkpoint(out_dir: Path) -> dict:
-    """A run directory's checkpoint (written by :func:`save_checkpoint`), read without
+    """Return a run directory's checkpoint (written by :func:`save_checkpoint`), read without
     unpickling anything. A ``checkpoint.pkl`` of an older fedflex is refused unread.
 
     Raises
@@ -169,9 +171,10 @@ TRACE_FILE = "trace.csv"
 
 
 def _with_trace_copy(cfg: ScenarioConfig, out_dir: Path) -> ScenarioConfig:
-    """The config to save in ``out_dir``: a trace CSV is copied there and config.yaml
+    """Return the config to save in ``out_dir``: a trace CSV is copied there and config.yaml
     names the copy (relative paths in a scenario resolve against its file), so the
-    results directory re-runs anywhere."""
+    results directory re-runs anywhere.
+    """
     if not cfg.churn.trace:
         return cfg
     import dataclasses
@@ -230,7 +233,7 @@ def _run_server(
     if type(grid).__name__ == "InMemoryGrid":
         # Flower's simulation grid polls for replies every 0.1 s; a round of small models
         # then waits ~0.05 s for nothing. Polling the in-memory state is cheap.
-        grid.pull_interval = min(getattr(grid, "pull_interval", 0.1), 0.005)
+        cast(Any, grid).pull_interval = min(getattr(grid, "pull_interval", 0.1), 0.005)  # the simulation grid's
     if data is None:
         data = load_dataset(cfg.dataset, cfg.num_clients, cfg.seed)
     partition = partition_data(cfg.partition, data, cfg.num_clients, cfg.seed)
@@ -284,7 +287,7 @@ def _run_server(
     if wrap_grid is not None:
         grid = wrap_grid(grid, strategy.nodes.client_of)
     rows = recorder.rows if recorder is not None else []
-    on_round = RowWriter(recorder, progress)
+    on_round: Callable[[Any], None] = RowWriter(recorder, progress)
     if recorder is None:  # the rows are needed to tell whether any round trained
         on_round = _also_keep(on_round, rows)
     try:
@@ -354,7 +357,8 @@ def _run_server(
 def untrained(rows: list[dict[str, Any]], min_clients: int) -> Optional[str]:
     """Why no round of a run trained (None when one did): ``rows`` are the run's rows
     (metrics.jsonl); a round trained when a reply was aggregated (``num_examples`` > 0).
-    Extra rounds of parts (``phase`` != "train") do not count."""
+    Extra rounds of parts (``phase`` != "train") do not count.
+    """
     train = [r for r in rows if r.get("phase", "train") == "train"]
     if not train or any(r.get("num_examples") for r in train):
         return None  # no round ran (stopped before round 1), or one trained
@@ -408,7 +412,7 @@ def make_server_app(
     wrap_grid: Optional[Callable[[Grid, Callable[[int], Optional[int]]], Grid]] = None,
     recorder: Optional[Any] = None,
 ) -> ServerApp:
-    """A ServerApp bound to a loaded scenario (used by the runner)."""
+    """Return a ServerApp bound to a loaded scenario (used by the runner)."""
     server_app = ServerApp()
 
     @server_app.main()
@@ -443,7 +447,8 @@ def results_dir(run_config: Any, name: str) -> Path:
 
 def run_finished(out_dir: Path) -> bool:
     """Whether the run in ``out_dir`` wrote its final model and a summary.json that does
-    not say ``failed`` (a run whose last files did not fit on the disk has not)."""
+    not say ``failed`` (a run whose last files did not fit on the disk has not).
+    """
     out_dir = Path(out_dir)
     try:
         summary = json.loads((out_dir / SUMMARY_FILE).read_text())
@@ -453,7 +458,7 @@ def run_finished(out_dir: Path) -> bool:
 
 
 def resume_point(out_dir: Path, option: str = "resume=") -> tuple[ScenarioConfig, dict]:
-    """The config and checkpoint to continue the run in ``out_dir`` with. A run whose
+    """Return the config and checkpoint to continue the run in ``out_dir`` with. A run whose
     checkpoint is of its last round but whose model or summary is missing (a full
     disk) is resumed too: it runs no round and writes them.
 
@@ -497,8 +502,9 @@ def _sets_checkpoint_every(scenario: str, overrides: list[str]) -> bool:
 
 
 def flwr_run_scenario(run_config: Any) -> ScenarioConfig:
-    """The scenario of a ``flwr run`` (``scenario`` + ``overrides``), checkpointing after
-    every round unless the scenario or the overrides say otherwise."""
+    """Return the scenario of a ``flwr run`` (``scenario`` + ``overrides``), checkpointing after
+    every round unless the scenario or the overrides say otherwise.
+    """
     import dataclasses
 
     scenario = str(run_config.get("scenario", "scenarios/quickstart.yaml"))
@@ -516,7 +522,8 @@ app = ServerApp()
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Entry point under ``flwr run``: the scenario (or the run to resume) comes from the
-    run config."""
+    run config.
+    """
     exit_when_orphaned()  # a ServerApp whose SuperLink is gone must not run on
     run_config = context.run_config
     node_keys = Path(str(run_config["node-keys"])) if run_config.get("node-keys") else None
@@ -539,7 +546,7 @@ FLWR_RUN_LOCK_WAIT = 60.0  # s: a stopped run's ServerApp may still be ending wh
 
 @contextlib.contextmanager
 def _locked(out: Path, new: bool, option: str) -> Iterator[RunDirLock]:
-    """The lock on a ``flwr run``'s results directory (:mod:`fedflex.rundir`), held
+    """Hold the lock on a ``flwr run``'s results directory (:mod:`fedflex.rundir`)
     while the block runs (taken once: RunDirLock's own ``with`` would take it again).
 
     Raises

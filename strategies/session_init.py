@@ -56,7 +56,8 @@ def softmin_weights(distances: np.ndarray, scale: float) -> np.ndarray:
 def weight_slices(like: Arrays) -> list[slice]:
     """Where each weight tensor (a float entry with 2 or more dimensions: convolution and
     linear kernels, not biases or BatchNorm vectors) lies in :func:`flatten`'s vector;
-    every float entry when the model has no such tensor."""
+    every float entry when the model has no such tensor.
+    """
     slices, kernels, offset = [], [], 0
     for value in like.values():
         if is_float(value):
@@ -86,14 +87,16 @@ def session_distance(g_s: np.ndarray, g_z: np.ndarray, kind: str, slices: Option
 
 def mean_models(models: list[Arrays], weights: Optional[np.ndarray] = None, like: Optional[Arrays] = None) -> Arrays:
     """sum_z w_z model_z over float entries (w: plain mean when None); non-float entries
-    from ``like`` (the current model), else from the last model."""
+    from ``like`` (the current model), else from the last model.
+    """
     w = np.ones(len(models)) if weights is None else np.asarray(weights, dtype=np.float64)
     return weighted_average(models, w, carry=like if like is not None else models[-1])
 
 
 class _SessionMemory(Initializer):
     """Remembers the global model at the end of each round, and hands the previous
-    session's last model to :meth:`close_session` when a new session starts."""
+    session's last model to :meth:`close_session` when a new session starts.
+    """
 
     def __init__(self) -> None:
         self._last: Optional[tuple[int, Arrays]] = None
@@ -123,7 +126,8 @@ class _SessionMemory(Initializer):
 
 class AverageInitializer(_SessionMemory):
     """Baseline ``average``: a new session starts from the unweighted mean of the last
-    models of all earlier sessions."""
+    models of all earlier sessions.
+    """
 
     name = "average"
 
@@ -132,17 +136,21 @@ class AverageInitializer(_SessionMemory):
         self.models: list[Arrays] = []
 
     def close_session(self, session: int, last_model: Arrays) -> None:
+        """Keep what this initializer needs of a session that ended with ``last_model``."""
         self.models.append(last_model)
 
     def start_session(self, server_round, session, online, global_arrays):
+        """Return the model a new session starts from, or None to keep the current one."""
         if not self.models:
             return None
         return mean_models(self.models, like=global_arrays)
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {"models": [dict(m) for m in self.models], "last": self._last}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.models = [OrderedDict(m) for m in state["models"]]
         self._last = state["last"]
 
@@ -195,14 +203,17 @@ class SessionAwareInitializer(_SessionMemory):
 
     def round_metrics(self) -> dict[str, Any]:
         """``init_weights``: the softmin weights of the stored sessions' models, in the
-        round whose session started from their mix."""
+        round whose session started from their mix.
+        """
         out, self._round_metrics = self._round_metrics, {}
         return out
 
     def summary(self) -> str:
+        """Describe the part and its settings in one line (the run log and summary.json)."""
         return f"session-aware(P={self.P}, V={self.V}, R={self.R}, distance={self.distance})"
 
     def close_session(self, session: int, last_model: Arrays) -> None:
+        """Keep what this initializer needs of a session that ended with ``last_model``."""
         if session < self.P:
             self.pilot_buffer.append(last_model)
             if session == self.P - 1:
@@ -215,18 +226,21 @@ class SessionAwareInitializer(_SessionMemory):
             self.history.append((last_model, gradient))
 
     def start_session(self, server_round, session, online, global_arrays):
+        """Return the model a new session starts from, or None to keep the current one."""
         if self.pilot is None or self.ctx is None or len(online) == 0:
             return None
         clients = online
         if len(online) > self.clients_per_round:
             clients = np.sort(self.rng.choice(online, size=self.clients_per_round, replace=False))
-        u: Optional[Arrays] = self.pilot
+        pilot: Arrays = self.pilot
+        u = pilot
         for _ in range(self.V):
-            u = self.ctx.train_round(server_round, u, clients, phase="session-init")
-            if u is None:
+            trained = self.ctx.train_round(server_round, u, clients, phase="session-init")
+            if trained is None:
                 log(WARNING, "session-aware: gradient round at round %d got no reply; model kept", server_round)
                 return None
-        gradient = flatten(u) - flatten(self.pilot)
+            u = trained
+        gradient = flatten(u) - flatten(pilot)
         replacement = None
         if self.history:
             slices = weight_slices(self.pilot) if self.distance == "normalized" else None
@@ -244,6 +258,7 @@ class SessionAwareInitializer(_SessionMemory):
         return replacement
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the state a checkpoint keeps (JSON/npz-friendly values)."""
         return {
             "rng": self.rng.bit_generator.state,
             "pilot_buffer": [dict(m) for m in self.pilot_buffer],
@@ -254,6 +269,7 @@ class SessionAwareInitializer(_SessionMemory):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state that :meth:`state_dict` returned."""
         self.rng.bit_generator.state = state["rng"]
         self.pilot_buffer = [OrderedDict(m) for m in state["pilot_buffer"]]
         self.pilot = None if state["pilot"] is None else OrderedDict(state["pilot"])

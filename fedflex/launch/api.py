@@ -56,7 +56,7 @@ class Run:
         return self.summary.get("status")
 
     def curve(self, field: str = "test_accuracy") -> tuple[np.ndarray, np.ndarray]:
-        """``(rounds, values)`` of a metric over the train rounds that have it."""
+        """Return ``(rounds, values)`` of a metric over the train rounds that have it."""
         points = [
             (r["round"], r[field]) for r in self.rows if r.get("phase", "train") == "train" and r.get(field) is not None
         ]
@@ -64,7 +64,7 @@ class Run:
         return np.asarray(rounds, dtype=np.int64), np.asarray(values, dtype=np.float64)
 
     def state_dict(self) -> dict[str, Any]:
-        """The final model as a torch state dict (``model.load_state_dict(run.state_dict())``)."""
+        """Return the final model as a torch state dict (``model.load_state_dict(run.state_dict())``)."""
         import torch
 
         if self.model is None:
@@ -73,7 +73,7 @@ class Run:
 
 
 def scenario_config(scenario: Scenario, overrides: Iterable[str] = ()) -> ScenarioConfig:
-    """A validated, complete config from a YAML path, a :class:`ScenarioConfig` or a
+    """Return a validated, complete config from a YAML path, a :class:`ScenarioConfig` or a
     mapping of scenario keys, with dotlist ``overrides`` on top.
 
     Raises
@@ -139,7 +139,7 @@ def run(
 
 
 def load_run(out: Union[str, Path]) -> Run:
-    """A results directory read back (``fedflex run`` / ``fedflex.run(..., out=DIR)``).
+    """Return a results directory read back (``fedflex run`` / ``fedflex.run(..., out=DIR)``).
 
     Raises
     ------

@@ -64,7 +64,8 @@ WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 class _Version(argparse.Action):
     """``--version``: fedflex's version (and git commit in a checkout), asked for only
-    when the option is given."""
+    when the option is given.
+    """
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
         super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
@@ -112,7 +113,8 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
 
 class _Stderr(logging.StreamHandler):
     """A handler on whatever ``sys.stderr`` is when a record is written (``main`` may run
-    many times in one process, e.g. from tests, each with its own stderr)."""
+    many times in one process, e.g. from tests, each with its own stderr).
+    """
 
     @property
     def stream(self):  # noqa: D102
@@ -124,7 +126,7 @@ class _Stderr(logging.StreamHandler):
 
 
 def _log_to_stderr(level: int) -> None:
-    """The command's log lines on stderr, ``LEVEL name: message`` (once per process)."""
+    """Send the command's log lines to stderr, ``LEVEL name: message`` (once per process)."""
     root = logging.getLogger()
     if not any(isinstance(h, _Stderr) for h in root.handlers):
         handler = _Stderr()
@@ -134,6 +136,7 @@ def _log_to_stderr(level: int) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line with ``argv`` (default: ``sys.argv``); return the exit status."""
     parser = _parser()
     args, rest = parser.parse_known_args(argv)  # overrides may also follow --out
     unknown = [r for r in rest if r.startswith("-")]
@@ -182,7 +185,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _execute(cfg, out: Path, verbose: bool, resume: Optional[dict] = None) -> int:
     """Run (or resume) ``cfg`` into ``out`` under the held lock: the exit status, with one
-    line for missing data, a configuration found bad with the data, or a full disk."""
+    line for missing data, a configuration found bad with the data, or a full disk.
+    """
     from fedflex.data import DataNotFoundError
     from fedflex.launch import runner  # imports torch and Flower: after the cheap checks
 
@@ -201,7 +205,7 @@ def _execute(cfg, out: Path, verbose: bool, resume: Optional[dict] = None) -> in
 
 
 def _write_failed(out: Path, exc: OSError) -> int:
-    """The one line of a run that could not write its results (a full disk)."""
+    """Return the one line of a run that could not write its results (a full disk)."""
     where = f" ({exc.filename})" if exc.filename else ""
     if (out / CHECKPOINT_FILE).is_file():
         then = f"make room and continue with: fedflex run --resume {out}"
@@ -226,7 +230,7 @@ class _interruptible:
 
 
 def _finished(out: Path) -> int:
-    """The exit status and last line of a run, from its summary.json."""
+    """Return the exit status and last line of a run, from its summary.json."""
     import json
 
     from fedflex import interrupts

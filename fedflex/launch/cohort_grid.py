@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, cast
 
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
@@ -88,26 +88,33 @@ class CohortGrid(Grid):
         return getattr(self.grid, name)
 
     def set_run(self, run) -> None:
+        """Set the run this grid's messages belong to (Flower's Grid interface)."""
         self.grid.set_run(run)
 
     @property
     def run(self):
+        """Return the run set by :meth:`set_run` (Flower's Grid interface)."""
         return self.grid.run
 
     def create_message(self, content, message_type, dst_node_id, group_id, ttl=None) -> Message:
+        """Create a message to ``dst_node_id`` (Flower's Grid interface)."""
         return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
 
     def get_node_ids(self) -> Iterable[int]:
+        """Return the ids of the connected nodes (Flower's Grid interface)."""
         return self.grid.get_node_ids()
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Send messages; return their ids (Flower's Grid interface)."""
         return self.grid.push_messages(messages)
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """Return the replies that arrived to ``message_ids`` (Flower's Grid interface)."""
         return self.grid.pull_messages(message_ids)
 
     # ------------------------------------------------------------------ cohorts
     def send_and_receive(self, messages: Iterable[Message], *, timeout: Optional[float] = None) -> Iterable[Message]:
+        """Send ``messages``, packing same-content train messages into cohorts where that pays; return the replies."""
         messages = list(messages)
         packable = (
             self.vectorize != "off"
@@ -120,7 +127,7 @@ class CohortGrid(Grid):
             return self.grid.send_and_receive(messages, timeout=timeout)
         for m in messages:  # ids for the strategy's reply bookkeeping (error replies)
             m.metadata.__dict__["_message_id"] = uuid.uuid4().hex
-        by_client = {int(self.client_of(m.metadata.dst_node_id)): m for m in messages}
+        by_client = {int(cast(int, self.client_of(m.metadata.dst_node_id))): m for m in messages}
         chunks = split_chunks(sorted(by_client), self.workers)
         packed = [self._pack(messages[0], chunk, by_client[chunk[0]].metadata.dst_node_id) for chunk in chunks]
         replies = list(self.grid.send_and_receive(packed, timeout=timeout))
@@ -137,7 +144,7 @@ class CohortGrid(Grid):
         content = RecordDict()
         for name, record in template.content.items():
             content[name] = record
-        config = ConfigRecord(dict(template.content[keys.CONFIG]))
+        config = ConfigRecord(dict(cast(ConfigRecord, template.content[keys.CONFIG])))
         config[keys.COHORT_CLIENTS] = json.dumps(clients)
         config[keys.COHORT_VECTORIZE] = self.vectorize
         config[keys.COHORT_SIZE] = self.cohort_size
@@ -149,7 +156,7 @@ class CohortGrid(Grid):
 
     def _unpack(self, reply: Message, clients: list[int], by_client: dict[int, Message]) -> list[Message]:
         if reply.has_error():
-            return [error_reply(by_client[c], reply.error.reason, code=reply.error.code) for c in clients]
+            return [error_reply(by_client[c], cast(str, reply.error.reason), code=reply.error.code) for c in clients]
         out = []
         for c in clients:
             errors = reply.content.config_records.get(client_record(c, keys.COHORT_ERROR))

@@ -79,7 +79,8 @@ class LocalGrid(Grid):
     def registration_order(self) -> list[int]:
         """Node ids by partition id (``[node of 0, node of 1, ...]``) when each of the
         ``num_nodes`` partition ids has exactly one node; else [] (the node directory then
-        asks every node)."""
+        asks every node).
+        """
         order: dict[int, int] = {}
         for node_id, context in self.contexts.items():
             pid = context.node_config.get("partition-id")
@@ -92,27 +93,34 @@ class LocalGrid(Grid):
 
     # -------------------------------------------------------------- Grid API
     def set_run(self, run: Run) -> None:
+        """Set the run this grid's messages belong to (Flower's Grid interface)."""
         self._run = run
 
     @property
     def run(self) -> Run:
+        """Return the run set by :meth:`set_run` (Flower's Grid interface)."""
         return self._run
 
     def create_message(
         self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: Optional[float] = None
     ) -> Message:
+        """Create a message to ``dst_node_id`` (Flower's Grid interface)."""
         return Message(content=content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id)
 
     def get_node_ids(self) -> Iterable[int]:
+        """Return the ids of the connected nodes (Flower's Grid interface)."""
         return list(self.contexts)
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Not supported: use :meth:`send_and_receive`."""
         raise NotImplementedError("LocalGrid only supports send_and_receive")
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """Not supported: use :meth:`send_and_receive`."""
         raise NotImplementedError("LocalGrid only supports send_and_receive")
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: Optional[float] = None) -> Iterable[Message]:
+        """Answer ``messages`` in this process, through the ClientApp, in order."""
         pairs = []
         for msg in messages:
             msg.metadata.__dict__["_message_id"] = uuid.uuid4().hex

@@ -21,8 +21,9 @@ logger = logging.getLogger(__name__)
 
 
 def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity: ``taskset``, or a ``fedflex sweep``
-    member's share), which bound the Ray pool it starts."""
+    """Return the CPUs this process may run on (its affinity: ``taskset``, or a ``fedflex sweep``
+    member's share), which bound the Ray pool it starts.
+    """
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0)) or 1
     return os.cpu_count() or 1
@@ -46,7 +47,8 @@ def backend_config(cfg: ScenarioConfig) -> dict:
 
 def ray_workers(cfg: ScenarioConfig, cpus: Optional[float] = None, gpus: Optional[float] = None) -> int:
     """How many virtual clients the Ray pool runs at once: CPUs / num_cpus, and GPUs /
-    num_gpus when clients ask for GPUs (this machine's, or the attached cluster's)."""
+    num_gpus when clients ask for GPUs (this machine's, or the attached cluster's).
+    """
     if cpus is None:
         cpus = usable_cpus()
     workers = int(cpus // cfg.simulation.num_cpus)
@@ -65,7 +67,8 @@ def decide_cohorts(cfg: ScenarioConfig, data) -> str:
     per round, the batch; no timing) and record it in ``cfg`` as
     ``simulation.vectorize_choice``, which config.yaml then holds: a resumed run (and a
     re-run of the saved config) finds it there and does not decide again. Returns how
-    the run trains: ``on``, ``off`` or ``auto``."""
+    the run trains: ``on``, ``off`` or ``auto``.
+    """
     sim = cfg.simulation
     if sim.vectorize != "rule":
         return sim.cohorts()
@@ -112,7 +115,8 @@ def decide_cohorts(cfg: ScenarioConfig, data) -> str:
 
 def cohort_grid(cfg: ScenarioConfig, workers: int):
     """``wrap_grid`` for the ServerApp: one cohort message per Ray worker and round
-    (:mod:`fedflex.launch.cohort_grid`), or None when the run trains one client at a time."""
+    (:mod:`fedflex.launch.cohort_grid`), or None when the run trains one client at a time.
+    """
     mode = cfg.simulation.cohorts()
     if mode == "off":
         return None
@@ -132,7 +136,8 @@ def _worker_pythonpath() -> str:
 
 def attach_ray(address: str) -> tuple[float, float]:
     """Connect this process to a running Ray cluster (Flower's backend then uses that
-    connection); returns the cluster's CPUs and GPUs."""
+    connection); returns the cluster's CPUs and GPUs.
+    """
     import ray
 
     with interrupts.shielding_children():  # ray.init takes SIGTERM: give it back to the round loop
@@ -150,7 +155,8 @@ def attach_ray(address: str) -> tuple[float, float]:
 def start_ray(cfg: ScenarioConfig) -> None:
     """Start the local Ray instance with :func:`backend_config`'s settings before Flower's
     backend would (it uses a running one), so that a stop signal ends the run at a round
-    boundary (:func:`fedflex.interrupts.shielding_children`) instead of killing Ray."""
+    boundary (:func:`fedflex.interrupts.shielding_children`) instead of killing Ray.
+    """
     import ray
 
     if ray.is_initialized():
@@ -165,7 +171,8 @@ def start_ray(cfg: ScenarioConfig) -> None:
 
 class _DropRunSimulationDeprecation(logging.Filter):
     """fedflex drives Flower's simulation runtime through run_simulation on purpose (it
-    runs the ServerApp in-process); its deprecation notice says nothing to our users."""
+    runs the ServerApp in-process); its deprecation notice says nothing to our users.
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "`run_simulation` function is deprecated" not in record.getMessage()

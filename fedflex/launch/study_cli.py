@@ -22,6 +22,7 @@ EXIT_USAGE = 2
 
 
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the sweep command's arguments to ``parser``."""
     parser.add_argument(
         "scenario", help="scenario YAML file, or a study file (scenarios/studies/: scenario:, variants:, grid:, seeds:)"
     )
@@ -54,6 +55,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the compare command's arguments to ``parser``."""
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="run directories or directories holding runs")
     parser.add_argument(
         "--by",
@@ -91,7 +93,8 @@ def _fail(message: str) -> int:
 
 class _Once(logging.Filter):
     """Lets each distinct message through once (planning loads every member's config
-    several times, and a scenario's warnings would repeat for each)."""
+    several times, and a scenario's warnings would repeat for each).
+    """
 
     def __init__(self) -> None:
         super().__init__()

@@ -1,5 +1,6 @@
 """Partitions cached on disk as ``.npz``, so that many worker processes load a split
-instead of recomputing it."""
+instead of recomputing it.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ logger = logging.getLogger(__name__)
 
 def default_cache_dir() -> Path:
     """``$FEDFLEX_CACHE/partitions`` when that variable is set, else
-    ``~/.cache/fedflex/partitions``."""
+    ``~/.cache/fedflex/partitions``.
+    """
     root = os.environ.get("FEDFLEX_CACHE")
     base = Path(root).expanduser() if root else Path.home() / ".cache" / "fedflex"
     return base / "partitions"
@@ -53,7 +55,7 @@ def partition_key(
 def partition_data(
     cfg: PartitionConfig, data, num_clients: int, seed: int, cache_dir: Optional[Path] = None
 ) -> Partition:
-    """The scenario's partition of ``data.train`` (a :class:`fedflex.data.FederatedData`),
+    """Return the scenario's partition of ``data.train`` (a :class:`fedflex.data.FederatedData`),
     through :func:`cached_partition`.
 
     ``cfg.labels == "source"`` splits on the dataset's own labels (``data.source``, present
@@ -128,7 +130,8 @@ def inconsistency(part: Partition, labels: np.ndarray, num_clients: int, num_cla
     """Why ``part`` cannot be a split of ``labels`` over ``num_clients`` clients (None: it
     can): another number of clients or classes, an index outside the training set, an
     example given twice (no scheme does that), or label counts that are not those of
-    the indices."""
+    the indices.
+    """
     if part.num_clients != num_clients:
         return f"{part.num_clients} clients, not {num_clients}"
     if part.num_classes != num_classes:

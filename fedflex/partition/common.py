@@ -44,7 +44,7 @@ def _child_seeds(seed: int, n: int) -> list[int]:
 
 
 def _hf_dataset(labels: np.ndarray, order: np.ndarray):
-    """An in-memory ``datasets.Dataset`` of the labels in ``order``, with the original index."""
+    """Return an in-memory ``datasets.Dataset`` of the labels in ``order``, with the original index."""
     import datasets
 
     return datasets.Dataset.from_dict({"label": labels[order].astype(np.int64), "idx": order.astype(np.int64)})
@@ -52,7 +52,8 @@ def _hf_dataset(labels: np.ndarray, order: np.ndarray):
 
 def _load_all(partitioner, num_clients: int) -> list[np.ndarray]:
     """Each partition's original indices (the ``idx`` column, read through Arrow: reading
-    the column of a ``select``-ed dataset row by row takes seconds for 60k examples)."""
+    the column of a ``select``-ed dataset row by row takes seconds for 60k examples).
+    """
     out = []
     for pid in range(num_clients):
         column = partitioner.load_partition(pid).with_format("arrow")[:]["idx"]
@@ -61,7 +62,7 @@ def _load_all(partitioner, num_clients: int) -> list[np.ndarray]:
 
 
 def _class_pools(y: np.ndarray, order: np.ndarray, num_classes: Optional[int] = None) -> list[np.ndarray]:
-    """Indices of each label, in the order they appear in ``order`` (a permutation/subset)."""
+    """Return indices of each label, in the order they appear in ``order`` (a permutation/subset)."""
     num_classes = int(y.max()) + 1 if num_classes is None else num_classes
     sub = y[order]
     return [order[sub == c] for c in range(num_classes)]

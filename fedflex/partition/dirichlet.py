@@ -1,6 +1,7 @@
 """Label-skewed splits drawn from Dirichlet shares: ``dirichlet`` (Hsu, Qi & Brown 2019,
 arXiv:1909.06335) and HiCS-FL's ``mixed-dirichlet`` (Chen & Vikalo, arXiv:2310.00198,
-Appendix A.10), and the count helpers the label-set patterns reuse."""
+Appendix A.10), and the count helpers the label-set patterns reuse.
+"""
 
 from __future__ import annotations
 

@@ -1,12 +1,13 @@
 """Splits by explicit label sets: ``label-groups`` (BHerd's Case 2) and the churn paper's
 ``label-sets`` patterns (``half``, ``two-shard``, ``partial-overlap``, ``distinct``,
-``sessions``), with the session label sets they draw from."""
+``sessions``), with the session label sets they draw from.
+"""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -91,7 +92,7 @@ def label_set_partition(
     overlap: float = 0.0,
     num_label_sets: int = 6,
 ) -> tuple[list[np.ndarray], LabelSetLayout]:
-    """The label-set patterns of the session-aware initial-model paper.
+    """Return the label-set patterns of the session-aware initial-model paper.
 
     v1 of the paper (10 clients, 10 labels) describes four patterns, and its authors'
     public code (``distinct_half``, ``distribute_labels_in_batches``,
@@ -194,7 +195,7 @@ def label_set_partition(
 
 
 def _groups(pattern: str, num_clients: int) -> tuple[list[int], list[int]]:
-    """Groups A (clients ``0 .. N//2 - 1``) and B (the rest)."""
+    """Return groups A (clients ``0 .. N//2 - 1``) and B (the rest)."""
     _need_two_groups(pattern, num_clients)
     half = num_clients // 2
     return list(range(half)), list(range(half, num_clients))
@@ -249,7 +250,8 @@ def _half_iid(pools, num_clients: int, num_classes: int, rng, out) -> tuple[list
     (its Section 2.7), so group A is the first ceil(N/2) clients: labels 0 .. C//2 - 1,
     each label evenly over A (every client of A holds the same label mix); group B, the
     other clients, splits the remaining labels into consecutive blocks, one per client
-    (C = 10, N = 5: {5, 6, 7} and {8, 9}), each label whole on its client."""
+    (C = 10, N = 5: {5, 6, 7} and {8, 9}), each label whole on its client.
+    """
     _need_two_groups("half-iid", num_clients)
     first = (num_clients + 1) // 2
     group_a, group_b = list(range(first)), list(range(first, num_clients))
@@ -418,7 +420,7 @@ def _two_shards(
 
 #: the patterns and their splits: ``(pools, num_clients, num_classes, rng, out) ->
 #: (groups, label sets)``; ``sessions`` takes its own options (:func:`_sessions`)
-_PATTERNS = {
+_PATTERNS: dict[str, Callable[..., Any]] = {
     "half": _half,
     "two-shard": lambda pools, n, c, rng, out: _two_shards(pools, n, rng, out),
     "partial-overlap": _partial_overlap,

@@ -1,5 +1,6 @@
 """Splits that treat every client alike: ``iid`` (flwr-datasets ``IidPartitioner``) and
-``shards`` (``labels_per_client`` labels each, flwr-datasets ``PathologicalPartitioner``)."""
+``shards`` (``labels_per_client`` labels each, flwr-datasets ``PathologicalPartitioner``).
+"""
 
 from __future__ import annotations
 

@@ -62,6 +62,7 @@ class Run:
 
     @property
     def stopped_early(self) -> bool:
+        """Return True when the run stopped early (a stop rule fired)."""
         return bool((self.summary or {}).get("stopped_early"))
 
 
@@ -74,7 +75,7 @@ class Study:
     excluded: list[tuple[Run, str]]  # run, why
 
 
-def find_runs(paths: Iterable[Path]) -> list[Path]:
+def find_runs(paths: Iterable[str | Path]) -> list[Path]:
     """Run directories at or under ``paths`` (sorted; ``.``-folders skipped).
 
     Raises
@@ -101,7 +102,7 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
 
 
 def load_run(path: Path) -> Run:
-    """A run directory's flat config, training rows, summary and state."""
+    """Return a run directory's flat config, training rows, summary and state."""
     import yaml
 
     try:
@@ -119,8 +120,9 @@ def load_run(path: Path) -> Run:
 
 
 def sweep_point(path: Path) -> tuple[dict[str, str], tuple[str, int]]:
-    """The grid point (seed aside) and plan position of a run that a ``sweep.json`` in its
-    parent directory lists; ``({}, ("", 0))`` for other runs."""
+    """Return the grid point (seed aside) and plan position of a run that a ``sweep.json`` in its
+    parent directory lists; ``({}, ("", 0))`` for other runs.
+    """
     index_path = path.parent / "sweep.json"
     try:
         index = json.loads(index_path.read_text(encoding="utf-8"))
@@ -165,7 +167,8 @@ def _sort_key(values: tuple[Any, ...]) -> tuple:
 def group_runs(runs: Sequence[Run], by: Optional[Sequence[str]] = None, include_incomplete: bool = False) -> Study:
     """Group ``runs`` by ``by`` (default: :func:`differing_keys`), leaving out runs that did
     not complete or ran another number of rounds than their group (unless
-    ``include_incomplete``)."""
+    ``include_incomplete``).
+    """
     if by:
         known = {k for r in runs for k in r.config}
         axes = {a for r in runs for a in r.point}
@@ -211,14 +214,15 @@ def group_runs(runs: Sequence[Run], by: Optional[Sequence[str]] = None, include_
 
 
 def _common_point(runs: Sequence[Run]) -> tuple[tuple[str, str], ...]:
-    """The grid point all ``runs`` share, () when they have none or several."""
+    """Return the grid point all ``runs`` share, () when they have none or several."""
     points = {tuple(r.point.items()) for r in runs}
     return next(iter(points)) if len(points) == 1 else ()
 
 
 def group_parts(values: dict[str, Any], runs: Sequence[Run]) -> list[str]:
-    """A group's ``key=value`` parts for matching reference entries: its key values, its
-    runs' shared grid point, and the config values all its runs share."""
+    """Return a group's ``key=value`` parts for matching reference entries: its key values, its
+    runs' shared grid point, and the config values all its runs share.
+    """
     parts = [f"{k}={_plain(v)}" for k, v in values.items()]
     parts += [f"{a}={v}" for a, v in _common_point(runs)]
     shared = set.intersection(*({f"{k}={_plain(v)}" for k, v in r.config.items()} for r in runs)) if runs else set()
@@ -239,7 +243,8 @@ def _why_left_out(run: Run, expected: Optional[int]) -> Optional[str]:
 # ---------------------------------------------------------------------------- figures
 def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> dict[str, Optional[float]]:
     """Mean, sample std (ddof = 1) and the Student-t interval of the mean; std and the
-    interval are None for fewer than two values, everything None for none."""
+    interval are None for fewer than two values, everything None for none.
+    """
     from scipy import stats
 
     x = np.asarray([v for v in values if v is not None], dtype=np.float64)
@@ -255,7 +260,8 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> di
 
 def last_fraction_accuracy(rows: Sequence[dict[str, Any]], fraction: float = 0.1) -> Optional[float]:
     """Mean test accuracy over the last ``fraction`` of a run's rounds (at least one round;
-    the evaluated ones among them)."""
+    the evaluated ones among them).
+    """
     if not rows:
         return None
     k = max(1, math.ceil(fraction * len(rows)))
@@ -264,8 +270,9 @@ def last_fraction_accuracy(rows: Sequence[dict[str, Any]], fraction: float = 0.1
 
 
 def summary_value(summary: Optional[dict[str, Any]], path: str) -> Optional[float]:
-    """The number at dotted ``path`` of a summary (integer parts index lists, from 0);
-    None where there is none."""
+    """Return the number at dotted ``path`` of a summary (integer parts index lists, from 0);
+    None where there is none.
+    """
     node: Any = summary or {}
     for part in path.split("."):
         if isinstance(node, dict):
@@ -317,7 +324,8 @@ def table(
     """One dict per group: ``group``, the key values, ``n``, ``seeds``, ``rounds``, and per
     figure (and summary field) ``<name>_mean`` / ``_std`` / ``_ci_low`` / ``_ci_high``;
     with a target, ``rounds_to_target[_smoothed]_mean`` / ``_std`` / ``_median`` /
-    ``_reached``; with a reference, ``reference``: its columns for the group."""
+    ``_reached``; with a reference, ``reference``: its columns for the group.
+    """
     out = []
     for label, values, runs in study.groups:
         per_run = [run_figures(r, target, window, order, fields) for r in runs]
@@ -351,7 +359,7 @@ def compare(
     fields: Sequence[str] = (),
     reference: Optional[dict[str, Any]] = None,
 ) -> list[dict[str, Any]]:
-    """The comparison table of the runs in ``dirs`` as data (see :func:`table`)."""
+    """Return the comparison table of the runs in ``dirs`` as data (see :func:`table`)."""
     study = group_runs([load_run(p) for p in find_runs(dirs)], by, include_incomplete)
     return table(study, target, window, order, fields, reference)
 
@@ -389,7 +397,7 @@ def markdown(
     fields: Sequence[str] = (),
     reference: Optional[dict[str, Any]] = None,
 ) -> str:
-    """The table as Markdown, with the reference's source and the runs left out under it."""
+    """Return the table as Markdown, with the reference's source and the runs left out under it."""
     head = ["group", "n", "final acc", "best acc", "last-10% acc"]
     if target is not None:
         head += [f"rounds to {target:g}", f"rounds to {target:g} (smoothed, w={window})"]
@@ -412,6 +420,7 @@ def markdown(
         "rounds to target: mean ± std and median over the runs that reach it (reached/n)."
     )
     if extra:
+        assert reference is not None  # extra columns come from it
         lines.append(f"{', '.join(extra)}: {reference['source'] or 'reference numbers'}, as published (no seeds).")
     if study.excluded:
         lines += ["", "Left out (use --include-incomplete to keep them):", ""]
@@ -420,7 +429,7 @@ def markdown(
 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
-    """The table as CSV, one line per group (lists as JSON)."""
+    """Write the table as CSV, one line per group (lists as JSON)."""
     columns = list(dict.fromkeys(k for row in rows for k in row))
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=columns)
@@ -431,7 +440,7 @@ def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
 
 def numeric_fields(runs: Iterable[Run]) -> list[str]:
     """Fields of metrics.jsonl that hold numbers in some row of ``runs``."""
-    fields = set()
+    fields: set[str] = set()
     for run in runs:
         for row in run.rows:
             fields.update(
@@ -441,7 +450,7 @@ def numeric_fields(runs: Iterable[Run]) -> list[str]:
 
 
 def curve(runs: Sequence[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Rounds, and per round the mean, min and max of ``metric`` over the runs that have it."""
+    """Return rounds, and per round the mean, min and max of ``metric`` over the runs that have it."""
     per_round: dict[int, list[float]] = {}
     for run in runs:
         for row in run.rows:
@@ -531,7 +540,7 @@ def write_comparison(
     written[0].write_text(text, encoding="utf-8")
     write_csv(rows, written[1])
     for metric in wanted:
-        path = out / f"{metric}.png"
-        plot(study, metric, path)
-        written.append(path)
+        png = out / f"{metric}.png"
+        plot(study, metric, png)
+        written.append(png)
     return text, written

@@ -42,17 +42,19 @@ _UNBLOCK = (signal.SIGINT, signal.SIGTERM)
 
 
 def member_env(base: dict[str, str], root: str, threads: int) -> dict[str, str]:
-    """A member's environment on a cluster node: the worker's, less Ray's own settings of
+    """Return a member's environment on a cluster node: the worker's, less Ray's own settings of
     that worker (:data:`RAY_WORKER_VARS`), with ``root`` on ``PYTHONPATH`` and the thread
-    counts set to the member's CPUs."""
+    counts set to the member's CPUs.
+    """
     env = {k: v for k, v in base.items() if k not in RAY_WORKER_VARS}
     return child_env(env, root, threads)
 
 
 def _child_setup() -> Callable[[], None]:
-    """What the member's process does between ``fork`` and ``exec``: unblock the stop
+    """Return what the member's process does between ``fork`` and ``exec``: unblock the stop
     signals (a Ray worker blocks SIGINT) and, on Linux, ask for SIGTERM when its parent
-    (the worker) dies."""
+    (the worker) dies.
+    """
     prctl = None
     if sys.platform.startswith("linux"):
         try:
@@ -71,8 +73,9 @@ def _child_setup() -> Callable[[], None]:
 
 
 def run_member(args: list[str], threads: int, root: str, cwd: str, log_path: str, header: str) -> int:
-    """The Ray task: run ``python args...`` (this worker's Python) to its end and return its
-    exit status; a ``KeyboardInterrupt`` (``ray.cancel``) is passed on to it as SIGINT."""
+    """Return the Ray task: run ``python args...`` (this worker's Python) to its end and return its
+    exit status; a ``KeyboardInterrupt`` (``ray.cancel``) is passed on to it as SIGINT.
+    """
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(header)
         if not os.path.isdir(cwd):
@@ -101,7 +104,8 @@ def run_member(args: list[str], threads: int, root: str, cwd: str, log_path: str
 
 class RayExecutor:
     """Members as Ray tasks on the cluster at ``address``, ``cpus`` CPUs each, at most
-    ``jobs`` submitted at a time (Ray queues those it cannot place yet)."""
+    ``jobs`` submitted at a time (Ray queues those it cannot place yet).
+    """
 
     bounded = True  # a member's share is its cpus, not its node
 
@@ -143,11 +147,13 @@ class RayExecutor:
         self._task = ray.remote(run_member)
 
     def close(self) -> None:
+        """Shut Ray down."""
         import ray
 
         ray.shutdown()
 
     def share(self, slot: int) -> int:
+        """Return the CPUs a run gets (each Ray task asks for the same number)."""
         return self.cpus
 
     def start(self, slot: int, args: list[str], log_path: Path, header: str) -> Any:
@@ -157,6 +163,7 @@ class RayExecutor:
         )
 
     def poll(self, ref: Any) -> Optional[Ended]:
+        """Return how the task ``ref`` ended, or None while it runs."""
         import ray
         from ray.exceptions import RayError, TaskCancelledError
 
@@ -172,7 +179,8 @@ class RayExecutor:
 
     def interrupt(self, ref: Any, signum: int) -> None:
         """Pass a stop on: ``ray.cancel`` raises KeyboardInterrupt in the task, which sends
-        the member SIGINT (whatever ``signum`` the sweep got); a queued task never starts."""
+        the member SIGINT (whatever ``signum`` the sweep got); a queued task never starts.
+        """
         import ray
 
         ray.cancel(ref)

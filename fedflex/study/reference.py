@@ -33,7 +33,7 @@ def label_parts(label: str) -> tuple[str, ...]:
 
 
 def parse_reference(value: Any, where: str) -> dict[str, Any]:
-    """A ``reference:`` mapping checked: ``{"source": str, "groups": {key: {column: value}}}``.
+    """Return a ``reference:`` mapping checked: ``{"source": str, "groups": {key: {column: value}}}``.
 
     Raises
     ------
@@ -62,7 +62,7 @@ def merge_references(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, A
 
 
 def read_reference(path: Path) -> dict[str, Any]:
-    """The ``reference:`` of a study file (its ``base:`` included) or of a YAML file that
+    """Return the ``reference:`` of a study file (its ``base:`` included) or of a YAML file that
     holds only ``reference:``.
 
     Raises
@@ -78,20 +78,23 @@ def read_reference(path: Path) -> dict[str, Any]:
         data = _read_yaml(path)
     except ConfigError as exc:
         raise StudyError(f"--reference {path}: {exc}") from None
-    reference = read_study(path)["reference"] if is_study_file(path) else parse_reference(data.get("reference"), path)
+    reference = (
+        read_study(path)["reference"] if is_study_file(path) else parse_reference(data.get("reference"), str(path))
+    )
     if not reference["groups"]:
         raise StudyError(f"--reference {path}: no reference: groups in it")
     return reference
 
 
 def columns(reference: dict[str, Any]) -> list[str]:
-    """The reference's column names, in the order they first appear."""
+    """Return the reference's column names, in the order they first appear."""
     return list(dict.fromkeys(c for cols in reference["groups"].values() for c in cols))
 
 
 def match(reference: dict[str, Any], parts: Iterable[str]) -> dict[str, Any]:
-    """The reference columns of a group with label ``parts``: every entry whose parts are
-    all among them, in file order."""
+    """Return the reference columns of a group with label ``parts``: every entry whose parts are
+    all among them, in file order.
+    """
     have = set(parts)
     out: dict[str, Any] = {}
     for key, cols in reference["groups"].items():

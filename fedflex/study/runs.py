@@ -48,7 +48,7 @@ def is_execution_key(key: str) -> bool:
 
 
 def flatten(mapping: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists stay values)."""
+    """Return ``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists stay values)."""
     if not isinstance(mapping, dict):
         return {prefix[:-1]: mapping} if prefix else {}
     flat: dict[str, Any] = {}
@@ -70,7 +70,7 @@ def read_summary(run_dir: Path) -> Optional[dict]:
 
 
 def run_state(run_dir: Path) -> str:
-    """The state of the run in ``run_dir``.
+    """Return the state of the run in ``run_dir``.
 
     Returns
     -------
@@ -90,15 +90,17 @@ def run_state(run_dir: Path) -> str:
 
 
 def is_finished(run_dir: Path) -> bool:
-    """True when ``run_dir`` holds a run that ended on its own (:data:`FINISHED`): a
-    ``summary.json`` alone is not enough, an interrupted or failed run writes one too."""
+    """Return True when ``run_dir`` holds a run that ended on its own (:data:`FINISHED`): a
+    ``summary.json`` alone is not enough, an interrupted or failed run writes one too.
+    """
     return run_state(run_dir) in FINISHED
 
 
 def is_completed(run_dir: Path) -> bool:
-    """True when ``run_dir`` holds a run whose summary says ``completed`` (every round,
+    """Return True when ``run_dir`` holds a run whose summary says ``completed`` (every round,
     or stopped at its target): a result to report, unlike an interrupted, failed or
-    diverged run."""
+    diverged run.
+    """
     return run_state(run_dir) == "completed"
 
 
@@ -108,6 +110,6 @@ def has_checkpoint(run_dir: Path) -> bool:
 
 
 def is_run_dir(path: Path) -> bool:
-    """A run's results directory: ``config.yaml`` and ``metrics.jsonl``."""
+    """Return a run's results directory: ``config.yaml`` and ``metrics.jsonl``."""
     path = Path(path)
     return (path / CONFIG_FILE).is_file() and (path / METRICS_FILE).is_file()

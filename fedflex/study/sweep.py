@@ -97,6 +97,7 @@ class Member:
 
     @property
     def overrides(self) -> list[str]:
+        """Return the member's dotlist overrides."""
         return list(self.settings) if self.settings else [f"{k}={v}" for k, v in self.point]
 
 
@@ -163,7 +164,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def _value_text(value: Any) -> str:
-    """A YAML value as an OmegaConf dotlist value."""
+    """Return a YAML value as an OmegaConf dotlist value."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
@@ -187,7 +188,7 @@ def _flat_overrides(mapping: Any, prefix: str = "") -> list[str]:
 
 
 def is_study_file(path: Path) -> bool:
-    """A study file (a mapping with ``scenario:`` or ``base:``), as opposed to a scenario file."""
+    """Return a study file (a mapping with ``scenario:`` or ``base:``), as opposed to a scenario file."""
     try:
         data = _read_yaml(Path(path))
     except ConfigError:
@@ -222,9 +223,10 @@ def _read_variants(data: Any, path: Path) -> dict[str, dict[str, list[str]]]:
 
 
 def read_study(path: Path, _within: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """A study file's ``scenario`` (resolved against the folder of the file that names it),
+    """Return a study file's ``scenario`` (resolved against the folder of the file that names it),
     ``overrides``, ``variants``, ``grid``, ``seeds``, ``reference`` and optional ``out`` /
-    ``jobs``, on top of those of its ``base:`` study when it has one."""
+    ``jobs``, on top of those of its ``base:`` study when it has one.
+    """
     path = Path(path)
     if path.resolve() in _within:
         raise StudyError(f"{path}: base: a study cannot be its own base")
@@ -272,7 +274,8 @@ def read_study(path: Path, _within: tuple[Path, ...] = ()) -> dict[str, Any]:
 
 def _check_reference_axes(study: dict[str, Any], path: Path) -> None:
     """Every ``variant=name`` part of a reference group names a known variant (a typo
-    would otherwise match no group, silently)."""
+    would otherwise match no group, silently).
+    """
     for key in study["reference"].get("groups", {}):
         for part in label_parts(key):
             axis, _, value = part.partition("=")
@@ -284,9 +287,10 @@ def _check_reference_axes(study: dict[str, Any], path: Path) -> None:
 
 
 def member_name(point: Sequence[tuple[str, str]]) -> str:
-    """The directory name of a grid point: ``key=value,...`` with characters other than
+    """Return the directory name of a grid point: ``key=value,...`` with characters other than
     letters, digits and ``._=,+-`` replaced by ``_``; a long name is cut and ends in a
-    hash of the whole."""
+    hash of the whole.
+    """
     text = ",".join(f"{k}={v}" for k, v in point)
     safe = _SAFE.sub("_", text)
     if safe.startswith("."):
@@ -305,7 +309,7 @@ def plan(
     jobs: int = 1,
     variants: Optional[dict[str, dict[str, list[str]]]] = None,
 ) -> Sweep:
-    """The members of a sweep, every one's config loaded and checked (nothing started).
+    """Return the members of a sweep, every one's config loaded and checked (nothing started).
     A grid axis named in ``variants`` takes variant names, each standing for its overrides.
 
     Raises
@@ -360,7 +364,7 @@ def plan(
 
 # ---------------------------------------------------------------------------- config identity
 def read_config(run_dir: Path) -> dict[str, Any]:
-    """A run's ``config.yaml`` as a flat ``{dotted.key: value}`` dict ({} when unreadable)."""
+    """Return a run's ``config.yaml`` as a flat ``{dotted.key: value}`` dict ({} when unreadable)."""
     import yaml
 
     try:
@@ -371,8 +375,9 @@ def read_config(run_dir: Path) -> dict[str, Any]:
 
 
 def config_difference(planned: dict[str, Any], saved: dict[str, Any]) -> Optional[str]:
-    """The first result key on which two flat configs differ (execution keys aside), as
-    ``key: saved vs planned``; None when they agree."""
+    """Return the first result key on which two flat configs differ (execution keys aside), as
+    ``key: saved vs planned``; None when they agree.
+    """
     for key in sorted(set(planned) | set(saved)):
         if is_execution_key(key):
             continue
@@ -383,7 +388,8 @@ def config_difference(planned: dict[str, Any], saved: dict[str, Any]) -> Optiona
 
 def check_existing(sweep: Sweep) -> None:
     """Refuse a sweep whose directory holds a member run of another configuration (a
-    changed scenario or override would otherwise reuse old results)."""
+    changed scenario or override would otherwise reuse old results).
+    """
     import yaml
 
     for member in sweep.members:
@@ -402,7 +408,7 @@ def check_existing(sweep: Sweep) -> None:
 
 # ---------------------------------------------------------------------------- CPU shares
 def usable_cpus() -> list[int]:
-    """The CPUs this process may run on."""
+    """Return the CPUs this process may run on."""
     if hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0))
     return list(range(os.cpu_count() or 1))
@@ -410,7 +416,8 @@ def usable_cpus() -> list[int]:
 
 def cpu_slots(jobs: int, cpus: Optional[Sequence[int]] = None) -> list[list[int]]:
     """Disjoint CPU sets for ``jobs`` concurrent members (shared round-robin when there are
-    more jobs than CPUs)."""
+    more jobs than CPUs).
+    """
     cpus = list(cpus if cpus is not None else usable_cpus())
     if jobs >= len(cpus):
         return [[cpus[k % len(cpus)]] for k in range(jobs)]
@@ -419,9 +426,10 @@ def cpu_slots(jobs: int, cpus: Optional[Sequence[int]] = None) -> list[list[int]
 
 
 def execution_overrides(sweep: Sweep, member: Member, share: int, bounded: Optional[bool] = None) -> list[str]:
-    """What the sweep adds to a member: plain progress lines (the log is a file), and
+    """Return what the sweep adds to a member: plain progress lines (the log is a file), and
     ``simulation.num_cpus`` lowered to the member's CPU share when it is ``bounded`` to
-    one (default: when ``sweep.jobs > 1``)."""
+    one (default: when ``sweep.jobs > 1``).
+    """
     extra = ["output.progress=lines"]
     if sweep.jobs > 1 if bounded is None else bounded:
         cfg = load_scenario(sweep.scenario, [*sweep.overrides, *member.overrides])
@@ -432,13 +440,14 @@ def execution_overrides(sweep: Sweep, member: Member, share: int, bounded: Optio
 
 # ---------------------------------------------------------------------------- running
 def fedflex_root() -> str:
-    """The folder holding the ``fedflex`` package that runs this sweep (its members run it too)."""
+    """Return the folder holding the ``fedflex`` package that runs this sweep (its members run it too)."""
     return str(Path(__file__).resolve().parents[2])
 
 
 def child_env(base: dict[str, str], root: str, threads: Optional[int]) -> dict[str, str]:
-    """A member's environment: ``base`` with ``root`` first on ``PYTHONPATH`` and, when
-    ``threads`` is given, ``OMP_NUM_THREADS`` and friends set to it."""
+    """Return a member's environment: ``base`` with ``root`` first on ``PYTHONPATH`` and, when
+    ``threads`` is given, ``OMP_NUM_THREADS`` and friends set to it.
+    """
     env = dict(base)
     env["PYTHONPATH"] = os.pathsep.join([root, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
     if threads is not None:
@@ -449,7 +458,8 @@ def child_env(base: dict[str, str], root: str, threads: Optional[int]) -> dict[s
 @dataclasses.dataclass(frozen=True)
 class Ended:
     """How a member's process ended: its exit code, or None with a ``note`` when there is
-    none (the member never started, or the machine that ran it was lost)."""
+    none (the member never started, or the machine that ran it was lost).
+    """
 
     code: Optional[int]
     note: str = ""
@@ -457,7 +467,8 @@ class Ended:
 
 class LocalExecutor:
     """Members as child processes of the sweep, ``jobs`` at a time, each pinned to its
-    slot's share of this process's CPUs (Linux) when ``jobs > 1``."""
+    slot's share of this process's CPUs (Linux) when ``jobs > 1``.
+    """
 
     def __init__(self, jobs: int, python: str = sys.executable) -> None:
         self.jobs = jobs
@@ -472,6 +483,7 @@ class LocalExecutor:
         """Nothing to disconnect from."""
 
     def share(self, slot: int) -> int:
+        """Return the number of CPUs of slot ``slot``."""
         return len(self.slots[slot])
 
     def start(self, slot: int, args: list[str], log_path: Path, header: str) -> tuple[subprocess.Popen, TextIO]:
@@ -495,6 +507,7 @@ class LocalExecutor:
         return process, log
 
     def poll(self, handle: tuple[subprocess.Popen, TextIO]) -> Optional[Ended]:
+        """Return how the run's process ended, or None while it runs (its log is closed when it ends)."""
         process, log = handle
         if process.poll() is None:
             return None
@@ -533,7 +546,8 @@ class SweepRunner:
     """Runs a planned sweep's members as ``fedflex run`` processes (see the module) through
     an executor: :class:`LocalExecutor` on this machine, or
     :class:`fedflex.study.ray_executor.RayExecutor` (as tasks on a Ray cluster) when the
-    sweep has a ``ray_address``."""
+    sweep has a ``ray_address``.
+    """
 
     def __init__(
         self, sweep: Sweep, say: Callable[[str], None] = print, python: str = sys.executable, executor: Any = None
@@ -560,6 +574,7 @@ class SweepRunner:
         entry.update(fields)
 
     def write_index(self) -> None:
+        """Write the sweep's index file (scenario, grid and members) atomically."""
         sweep = self.sweep
         index = {
             "scenario": str(sweep.scenario),
@@ -579,8 +594,9 @@ class SweepRunner:
 
     # -- processes
     def _command(self, member: Member, action: str, share: int) -> list[str]:
-        """The member's ``fedflex run`` arguments (after the Python interpreter), with
-        absolute paths: a member on another machine of a cluster runs in another folder."""
+        """Return the member's ``fedflex run`` arguments (after the Python interpreter), with
+        absolute paths: a member on another machine of a cluster runs in another folder.
+        """
         run_dir = self.sweep.out.absolute() / member.name
         if action == "resume":
             return ["-m", "fedflex", "run", "--resume", str(run_dir)]
@@ -624,7 +640,8 @@ class SweepRunner:
 
     def _finish(self, job: _Running, ended: Ended) -> Optional[str]:
         """Record a member that ended; returns ``rerun`` when a refused resume must start
-        over from scratch."""
+        over from scratch.
+        """
         code = ended.code
         run_dir = self.sweep.out / job.member.name
         if job.action == "resume" and code == 2 and self.signal is None:
@@ -691,7 +708,8 @@ class SweepRunner:
 
     def run(self) -> int:
         """Run what is left; returns the sweep's exit status: 0 when every member
-        finished, 1 when one failed, 128 + N when stopped by signal N."""
+        finished, 1 when one failed, 128 + N when stopped by signal N.
+        """
         sweep = self.sweep
         sweep.out.mkdir(parents=True, exist_ok=True)
         with open(sweep.out / LOCK_FILE, "a") as lock:
@@ -757,7 +775,8 @@ def _read_index(out: Path) -> dict[str, Any]:
 
 def describe(sweep: Sweep) -> str:
     """``N members (G grid points x S seeds) into OUT, J at a time`` (and where, for a
-    sweep on a Ray cluster)."""
+    sweep on a Ray cluster).
+    """
     points = math.prod(len(v) for v in sweep.grid.values()) if sweep.grid else 1
     where = (
         f"as tasks on the Ray cluster at {sweep.ray_address}, {sweep.cpus_per_run} CPU"

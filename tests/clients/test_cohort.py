@@ -90,11 +90,12 @@ MODELS = [
     ("logreg", (1, 28, 28), {}),
     ("mlp", (1, 28, 28), {"hidden": 32}),
     ("cnn-fmnist", (1, 28, 28), {}),
-    ("resnet18", (3, 8, 8), {"norm": "group"}),
+    # the slowest test of the default run (~15 s): the other models cover the cohort path there
+    pytest.param("resnet18", (3, 8, 8), {"norm": "group"}, marks=pytest.mark.slow),
 ]
 
 
-@pytest.mark.parametrize("name,shape,extra", MODELS, ids=[m[0] for m in MODELS])
+@pytest.mark.parametrize("name,shape,extra", MODELS, ids=["logreg", "mlp", "cnn-fmnist", "resnet18"])
 def test_cohort_equals_sequential_for_each_model(name, shape, extra):
     # Prepare: unequal clients (one empty, short last batches: 23 = 4x5 + 3), momentum + wd
     torch.manual_seed(0)

@@ -342,7 +342,10 @@ def test_cohorts_train_the_embedding_bag_as_one_by_one(data_root):
         ["strategy.local_rule.name=fedprox", "strategy.local_rule.mu=0.01"],
         ["strategy.aggregator.name=bherd", "strategy.local_rule.name=bherd", "client.steps=4"],
         ["strategy.sampler.name=hics", "model.name=text-cnn", "model.text_hidden=8"],
-        ["model.name=text-lstm", "model.text_hidden=8", "dataset.padding=left", "client.optimizer=adam"],
+        pytest.param(  # an LSTM with Adam: slow (~10 s), the text-cnn entry covers the path by default
+            ["model.name=text-lstm", "model.text_hidden=8", "dataset.padding=left", "client.optimizer=adam"],
+            marks=pytest.mark.slow,
+        ),
     ],
     ids=["scaffold", "fedprox", "bherd", "hics-text-cnn", "text-lstm-adam"],
 )

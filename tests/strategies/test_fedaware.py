@@ -228,6 +228,38 @@ def test_departed_clients(departed, weight2, kept):
     assert bool(agg.core.has[2]) is kept
 
 
+@pytest.mark.parametrize(
+    "max_age, step, age", [(None, [-1.0, -1.0], 0.5), (1, [-1.0, -1.0], 0.5), (0, [-2.0, 0.0], 0.0)]
+)
+def test_max_age_leaves_stale_momenta_out_of_the_solve(max_age, step, age):
+    # round 1: m0 = (2, 0), m1 = (0, 2); round 2: only client 0 trains (m0 = (2, 0) again),
+    # so m1 is 1 aggregation old. With it: the min-norm point (1, 1), lambda = (1/2, 1/2),
+    # lambda-weighted age 1/2; with max_age = 0 only m0 is solved over: d = (2, 0), age 0.
+    agg = FedAwareAggregator(2, momentum=1.0, warmup=False, max_age=max_age)
+    x = _model(0.0, 0.0)
+    agg.aggregate(1, x, [_up(0, x["w"], [2, 0]), _up(1, x["w"], [0, 2])])
+    out = agg.aggregate(2, x, [_up(0, x["w"], [2, 0])])
+    np.testing.assert_allclose(out["w"], step, atol=1e-6)
+    assert agg.round_metrics()["aware_age"] == pytest.approx(age, abs=1e-6)
+    assert bool(agg.core.has[1])  # left out of the solve, not forgotten
+    out = agg.aggregate(3, x, [_up(1, x["w"], [0, 2])])  # client 1 trains again: back in
+    np.testing.assert_allclose(out["w"], [-1.0, -1.0] if max_age != 0 else [0.0, -2.0], atol=1e-6)
+
+
+def test_max_age_survives_a_checkpoint():
+    a = FedAwareAggregator(2, momentum=1.0, warmup=False, max_age=0)
+    x = _model(0.0, 0.0)
+    a.aggregate(1, x, [_up(0, x["w"], [2, 0]), _up(1, x["w"], [0, 2])])
+    b = FedAwareAggregator(2, momentum=1.0, warmup=False, max_age=0)
+    b.load_state_dict(a.state_dict())
+    np.testing.assert_allclose(b.aggregate(2, x, [_up(0, x["w"], [2, 0])])["w"], [-2.0, 0.0], atol=1e-6)
+
+
+def test_bad_max_age_fails_at_load():
+    with pytest.raises(ConfigError, match="aware_max_age"):
+        load_scenario(None, ["strategy.aggregator.name=fedaware", "strategy.aggregator.aware_max_age=-1"])
+
+
 # ------------------------------------------------------------------ plug-in
 def test_plugin_steps_along_the_projection_sixty_degrees():
     # FedAvg direction d~ = (1, sqrt 3) (sizes 3:1), AWARE d = (1, 0): 60 degrees apart,

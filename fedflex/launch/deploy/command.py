@@ -60,7 +60,8 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
 def deploy_check(args: argparse.Namespace) -> int:
     """``fedflex deploy check``: can a SuperNode started with these flags talk to the
     SuperLink at ADDRESS? (transport, and with ``--root-certificates`` the certificate).
-    Exit status 0 when it can, 1 when not (the reason on stderr), 2 for a bad address."""
+    Exit status 0 when it can, 1 when not (the reason on stderr), 2 for a bad address.
+    """
     host, sep, port_text = args.address.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port_text.isdigit():
@@ -243,7 +244,8 @@ def _stop_signals_as_interrupt():
     raise KeyboardInterrupt once, so the federation is stopped; later ones are ignored
     until then, so that they cannot cut the stopping short and leave processes behind.
     Returns (the undo, the list that receives the first signal's number); append 0 to it
-    to ignore every later signal (the stopping has begun)."""
+    to ignore every later signal (the stopping has begun).
+    """
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         return (lambda: None), received
@@ -265,7 +267,7 @@ def _stop_signals_as_interrupt():
 
 
 def _print(message: str) -> None:
-    """A line on stderr; a terminal that is gone (SIGHUP: EIO) does not stop the stopping."""
+    """Print a line on stderr; a terminal that is gone (SIGHUP: EIO) does not stop the stopping."""
     try:
         print(message, file=sys.stderr, flush=True)
     except (OSError, ValueError):

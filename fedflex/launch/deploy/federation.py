@@ -46,7 +46,7 @@ SUPERNODE_READY = "SuperNode ID:"
 
 
 def node_config(partition_id: int, num_partitions: int, data_path: Optional[str] = None) -> str:
-    """The ``--node-config`` string of a fedflex SuperNode."""
+    """Return the ``--node-config`` string of a fedflex SuperNode."""
     items = [f"partition-id={partition_id}", f"num-partitions={num_partitions}"]
     if data_path:
         if '"' in data_path or " " in data_path:
@@ -58,10 +58,11 @@ def node_config(partition_id: int, num_partitions: int, data_path: Optional[str]
 def run_config(
     scenario: str, overrides: Sequence[str] = (), out: str = "", resume: str = "", node_keys: str = ""
 ) -> str:
-    """The ``--run-config`` string for fedflex's ServerApp (``scenario``, ``overrides``,
+    """Return the ``--run-config`` string for fedflex's ServerApp (``scenario``, ``overrides``,
     ``out``; or ``resume``: a results directory whose run continues from its checkpoint;
     ``node_keys``: a binding file of partition ids to node keys, see
-    :mod:`fedflex.node_keys`)."""
+    :mod:`fedflex.node_keys`).
+    """
     if resume:
         values = {"resume": resume}
     else:
@@ -77,7 +78,8 @@ def run_config(
 def _flower_env(home: Path, extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
     """Environment of a Flower process: its own FLWR_HOME, the interpreter's bin on PATH
     (the SuperLink and SuperNodes start ``flower-superexec`` by name), no runtime
-    dependency installation, no telemetry or update checks (no network needed)."""
+    dependency installation, no telemetry or update checks (no network needed).
+    """
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["FLWR_HOME"] = str(home)
@@ -94,7 +96,7 @@ def _flower_env(home: Path, extra: Optional[Mapping[str, str]] = None) -> dict[s
 
 
 def flwr_config_toml(address: str, ca_cert: Optional[Path] = None, name: str = CONNECTION) -> str:
-    """A ``$FLWR_HOME/config.toml`` whose default SuperLink connection is ``address``."""
+    """Return a ``$FLWR_HOME/config.toml`` whose default SuperLink connection is ``address``."""
     lines = ["[superlink]", f'default = "{name}"', "", f"[superlink.{name}]", f'address = "{address}"']
     if ca_cert is None:
         lines.append("insecure = true")
@@ -115,7 +117,8 @@ def superlink_command(
     Runtime APIs in Flower 1.41). ``database``: an SQLite file for the SuperLink's state
     (registered SuperNode keys, nodes, runs), so that a restarted SuperLink knows its
     SuperNodes again; None keeps the state in memory (lost on a restart: with node
-    authentication every SuperNode is then refused with 401 and exits)."""
+    authentication every SuperNode is then refused with 401 and exits).
+    """
     cmd = [executable or find_executable("flower-superlink"), "--host", host, "--port", str(port)]
     if tls is None:
         cmd.append("--insecure")
@@ -150,7 +153,8 @@ def supernode_command(
 ) -> list[str]:
     """``flower-supernode`` arguments. ``runtime_port``: the SuperNode's own Runtime API
     (its ClientApp processes talk to it), distinct per SuperNode on one machine.
-    ``prefix``: another command that takes flower-supernode's arguments."""
+    ``prefix``: another command that takes flower-supernode's arguments.
+    """
     cmd = list(prefix) if prefix else [find_executable("flower-supernode")]
     cmd += ["--superlink", superlink, "--host", LOOPBACK, "--port", str(runtime_port)]
     cmd += ["--insecure"] if ca_cert is None else ["--root-certificates", str(ca_cert)]
@@ -175,6 +179,7 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
+        """Return True when the run finished and completed."""
         return self.status == "finished:completed"
 
 
@@ -290,6 +295,7 @@ class LocalFederation:
         return _flower_env(self._home(home), {**self.env, **(extra or {})})
 
     def key_path(self, partition_id: int) -> Path:
+        """Return the path of SuperNode ``partition_id``'s private key."""
         assert self.keys_dir is not None
         return self.keys_dir / f"supernode-{partition_id}"
 
@@ -313,10 +319,12 @@ class LocalFederation:
         """Remember what the SuperLink and the SuperNodes have started so far (their
         SuperExecs, the ServerApp and ClientApps): a process whose parent is killed from
         outside is re-parented to init, and only what was remembered is stopped with the
-        rest. :meth:`wait_run` calls it twice a second."""
+        rest. :meth:`wait_run` calls it twice a second.
+        """
         remember_families([p for p in (self.superlink, *self.nodes.values()) if p is not None])
 
     def start_superlink(self) -> ManagedProcess:
+        """Start the SuperLink on its port (refused when the port is in use) and return its process."""
         assert self.superlink_port is not None
         check_port_free(self.superlink_port, what="SuperLink port")
         cmd = superlink_command(self.superlink_port, tls=self.tls, auth=self.auth, database=self.database)
@@ -366,7 +374,8 @@ class LocalFederation:
         max_wait_time: Optional[float] = None,
     ) -> ManagedProcess:
         """Start (or restart) the SuperNode of ``partition_id``; it keeps its Runtime API
-        port across restarts. ``auth_key``: another private key than its own."""
+        port across restarts. ``auth_key``: another private key than its own.
+        """
         old = self.nodes.get(partition_id)
         if old is not None and old.alive():
             raise DeployError(f"supernode-{partition_id} is already running (pid {old.pid})")
@@ -411,7 +420,8 @@ class LocalFederation:
 
     def start_extra(self, name: str, cmd: Sequence[str], home: Optional[str] = None) -> ManagedProcess:
         """Any further process (e.g. a SuperNode with a foreign key) stopped with the rest;
-        ``home``: whose FLWR_HOME it uses (default: its own)."""
+        ``home``: whose FLWR_HOME it uses (default: its own).
+        """
         proc = ManagedProcess(name, cmd, self._env(home or name), self.logs / f"{name}.log", cwd=self.workdir)
         self.extra.append(proc)
         return proc
@@ -419,14 +429,16 @@ class LocalFederation:
     # ---------------------------------------------------------------- faults
     def kill_superlink(self) -> None:
         """SIGKILL the SuperLink and everything it started (its SuperExec, the ServerApp
-        of the run in flight): a crashed coordinating machine."""
+        of the run in flight): a crashed coordinating machine.
+        """
         if self.superlink is not None:
             self.superlink.kill()
             logger.info("killed the SuperLink")
 
     def restart_superlink(self) -> ManagedProcess:
         """Start the SuperLink again on the same port (and state file, when persistent);
-        the SuperNodes, which retry, reconnect by themselves."""
+        the SuperNodes, which retry, reconnect by themselves.
+        """
         if self.superlink is not None and self.superlink.alive():
             raise DeployError(f"the SuperLink is still running (pid {self.superlink.pid})")
         if self.superlink is not None:
@@ -463,7 +475,8 @@ class LocalFederation:
         self, scenario: str, overrides: Sequence[str] = (), out: Optional[Path] = None, resume: Optional[Path] = None
     ) -> int:
         """``flwr run`` the scenario (or, with ``resume``, continue the run whose results are
-        there from its checkpoint); returns the run id (the run goes on in the SuperLink)."""
+        there from its checkpoint); returns the run id (the run goes on in the SuperLink).
+        """
         keys = str(self.node_keys) if self.node_keys else ""
         if resume is not None:
             config = run_config("", resume=str(Path(resume).resolve()), node_keys=keys)
@@ -505,7 +518,8 @@ class LocalFederation:
 
     def wait_run(self, run_id: int, timeout: float, out: Optional[Path] = None, on_line=None) -> RunResult:
         """Stream the run's logs to ``logs/run-<id>.log`` until it finishes or ``timeout``
-        seconds pass (then ``flwr stop``; status ``timeout``)."""
+        seconds pass (then ``flwr stop``; status ``timeout``).
+        """
         t0 = time.monotonic()
         log_path = self.logs / f"run-{run_id}.log"
         stream = self.follow_run(run_id)
@@ -557,7 +571,8 @@ class LocalFederation:
     ) -> RunResult:
         """Submit the scenario (or ``resume`` a run, ``out`` then being its directory) and
         wait for its end; a run still going on when this returns by an exception (Ctrl-C
-        included) is stopped with ``flwr stop``."""
+        included) is stopped with ``flwr stop``.
+        """
         run_id = self.submit(scenario, overrides, out, resume=resume)
         finished = False
         try:
@@ -570,6 +585,7 @@ class LocalFederation:
 
     # ---------------------------------------------------------------- stop
     def processes(self) -> list[ManagedProcess]:
+        """Return every process the federation started (extras, SuperNodes, SuperLink)."""
         return [*self.extra, *self.nodes.values(), *([self.superlink] if self.superlink else [])]
 
     def stop(self) -> None:
@@ -609,7 +625,7 @@ class _Follower:
 
 
 def _json_from(text: str) -> Optional[dict]:
-    """The first JSON object in ``text`` (flwr may print other lines around it)."""
+    """Return the first JSON object in ``text`` (flwr may print other lines around it)."""
     start = text.find("{")
     while start != -1:
         try:

@@ -60,7 +60,7 @@ def find_executable(name: str) -> str:
 
 
 def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port on ``host`` that nobody listens on right now."""
+    """Return a TCP port on ``host`` that nobody listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
@@ -70,7 +70,8 @@ def check_port_free(port: int, host: str = LOOPBACK, what: str = "port") -> None
     """Raise :class:`DeployError` when ``host:port`` cannot be bound (someone uses it).
 
     SO_REUSEADDR as the SuperLink's server sets it: connections of a stopped SuperLink
-    left in TIME_WAIT do not count, only a socket that still listens."""
+    left in TIME_WAIT do not count, only a socket that still listens.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -92,7 +93,7 @@ def port_open(port: int, host: str = LOOPBACK, timeout: float = 0.5) -> bool:
 
 
 def link_transport(port: int, host: str = LOOPBACK, timeout: float = 3.0) -> Optional[str]:
-    """What a SuperLink at ``host:port`` speaks: ``"tls"``, ``"http"`` (plain), or None
+    """Return what a SuperLink at ``host:port`` speaks: ``"tls"``, ``"http"`` (plain), or None
     (nothing accepts connections there, or the peer answers neither).
 
     A TLS handshake is attempted without verifying the certificate: a TLS server
@@ -125,7 +126,8 @@ def link_transport(port: int, host: str = LOOPBACK, timeout: float = 3.0) -> Opt
 def transport_mismatch(link: Optional[str], node_tls: bool, address: str) -> Optional[str]:
     """Why a SuperNode (``node_tls``: started with ``--root-certificates``, else
     ``--insecure``) cannot talk to a SuperLink that speaks ``link``; None when they match
-    or the link's transport is unknown."""
+    or the link's transport is unknown.
+    """
     if link == "tls" and not node_tls:
         return (
             f"the SuperLink at {address} speaks TLS but the SuperNode was started with --insecure (plain HTTP), "
@@ -148,7 +150,7 @@ def _bindable(port: int) -> bool:
 
 
 def _proc_table() -> dict[int, tuple[int, int, int, str]]:
-    """pid -> (ppid, pgid, start time, state) of every process (Linux /proc)."""
+    """Return pid -> (ppid, pgid, start time, state) of every process (Linux /proc)."""
     table: dict[int, tuple[int, int, int, str]] = {}
     try:
         entries = os.listdir("/proc")
@@ -174,8 +176,9 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def _load_prctl():
-    """libc's prctl on Linux (None elsewhere), looked up before any fork: the child
-    between fork and exec must not import or load anything."""
+    """Return libc's prctl on Linux (None elsewhere), looked up before any fork: the child
+    between fork and exec must not import or load anything.
+    """
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -191,8 +194,9 @@ _PRCTL = _load_prctl()
 
 
 def _die_with_parent(parent: int):
-    """A ``preexec_fn``: the child gets SIGKILL when ``parent`` (the starting thread's
-    process) dies, and exits at once if it already has. None where unsupported."""
+    """Return a ``preexec_fn``: the child gets SIGKILL when ``parent`` (the starting thread's
+    process) dies, and exits at once if it already has. None where unsupported.
+    """
     if _PRCTL is None:
         return None
     prctl = _PRCTL
@@ -260,14 +264,16 @@ class ManagedProcess:
 
     # ---------------------------------------------------------------- state
     def alive(self) -> bool:
+        """Return True while the process runs."""
         return self.popen.poll() is None
 
     @property
     def returncode(self) -> Optional[int]:
+        """Return the exit status, or None while the process runs."""
         return self.popen.poll()
 
     def output(self) -> str:
-        """What this process (this start) wrote to its log so far."""
+        """Return what this process (this start) wrote to its log so far."""
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(self._log_start)
@@ -276,12 +282,14 @@ class ManagedProcess:
             return ""
 
     def tail(self, lines: int = 15) -> str:
+        """Return the last ``lines`` lines of the process's output."""
         return "\n".join(self.output().rstrip().splitlines()[-lines:])
 
     def remember_family(self, table: Optional[Mapping[int, tuple[int, int, int, str]]] = None) -> None:
         """Record the current descendants and their process groups (before signalling,
         and while the process runs: orphans are re-parented and could not be found
-        afterwards). ``table``: a :func:`_proc_table` shared by several calls."""
+        afterwards). ``table``: a :func:`_proc_table` shared by several calls.
+        """
         table = _proc_table() if table is None else table
         for p in _descendants(self.pid, table):
             ppid, pgid, start, _state = table[p]
@@ -319,14 +327,16 @@ class ManagedProcess:
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM to the process groups of the process and its descendants; SIGKILL
-        after ``grace`` seconds for what is left. Idempotent."""
+        after ``grace`` seconds for what is left. Idempotent.
+        """
         stop_all([self], grace)
 
     def running(self) -> bool:
-        """The process or a remembered descendant still runs."""
+        """Return the process or a remembered descendant still runs."""
         return self.alive() or bool(self.leftovers())
 
     def reap(self) -> None:
+        """Wait for the process to end (killing it after 10 s) so no zombie is left."""
         try:
             self.popen.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -342,7 +352,8 @@ def remember_families(processes: Sequence[ManagedProcess]) -> None:
 
 def stop_all(processes: Sequence[ManagedProcess], grace: float = 5.0) -> None:
     """Stop several processes at once: SIGTERM to all, wait up to ``grace`` seconds for
-    all, SIGKILL what is left (with everything it started), reap."""
+    all, SIGKILL what is left (with everything it started), reap.
+    """
     for proc in processes:
         proc.remember_family()
     running = [p for p in processes if p.running()]

@@ -1,0 +1,222 @@
+"""Tables of a composition study (issue 30, docs/composition.md): every composition against
+each of its parts, paired by seed, and the diagnostics that explain the outcome.
+
+    python scripts/composition_table.py runs/composition_churn --target 0.6 > churn.md
+
+Runs are the directories ``method=<name>,seed=<s>`` of a ``fedflex sweep`` over a
+``method`` axis (scenarios/studies/composition_*.yaml). A method's parts are the names
+joined by ``+`` (``hics+fedaware``: hics and fedaware), a trailing ``-<mechanism>`` aside
+(``hics+fedaware-age10``: the same parts with a mechanism switched on); ``all4`` is hics,
+fedaware, session and fedprox (``all4-age10`` too). The figures per run come from ``fedflex compare``'s
+:func:`fedflex.study.compare.run_figures` (rounds to the target on the raw and the
+Savitzky-Golay-smoothed curve, the mean test accuracy over the last 10% of rounds, e-LUDD).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from fedflex.study.compare import load_run, run_figures
+
+ALL4 = ("hics", "fedaware", "session", "fedprox")
+NAME = re.compile(r"^method=(?P<method>[^,]+),seed=(?P<seed>\d+)$")
+
+
+def parts(method: str) -> tuple[str, ...]:
+    """The single methods a composition is made of (one for a single method)."""
+    if method.split("-")[0] == "all4":
+        return ALL4
+    names = method.split("+")
+    names[-1] = names[-1].split("-")[0] if "-" in names[-1] and len(names) > 1 else names[-1]
+    return tuple(names)
+
+
+def load(root: Path, target: float) -> dict[str, dict[int, dict[str, Any]]]:
+    """method -> seed -> figures (completed runs only) plus the diagnostics."""
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for path in sorted(root.iterdir()):
+        m = NAME.match(path.name)
+        if not m or not (path / "summary.json").exists():
+            continue
+        run = load_run(path)
+        if run.state != "completed":
+            continue
+        fig = run_figures(run, target)
+        fig.update(diagnostics(run.rows, int(run.config.get("num_clients", 0))))
+        fig["rounds"] = len(run.rows)
+        out.setdefault(m["method"], {})[int(m["seed"])] = fig
+    return out
+
+
+def diagnostics(rows: list[dict[str, Any]], num_clients: int) -> dict[str, Any]:
+    """What explains a composition: AWARE's momenta ages and step, the sampler's skew."""
+    aware = [r for r in rows if r.get("aware_phase") == "aware"]
+    counts = np.zeros(max(num_clients, 1))
+    for r in rows:
+        for c in r.get("sampled") or []:
+            counts[int(c)] += 1
+    steps = [r["aware_step_norm"] for r in rows if r.get("aware_step_norm") is not None]
+
+    def mean(key: str, src: list[dict[str, Any]]) -> Optional[float]:
+        vals = [float(r[key]) for r in src if r.get(key) is not None]
+        return float(np.mean(vals)) if vals else None
+
+    return {
+        "aware_rounds": len(aware),
+        "aware_age": mean("aware_age", aware),
+        "aware_active": mean("aware_active", aware),
+        "aware_nonzero": mean("aware_nonzero", aware),
+        "aware_step_norm": float(np.mean(steps)) if steps else None,
+        "sampled_cv": float(counts.std() / counts.mean()) if counts.mean() > 0 else None,
+        "never_sampled": int((counts == 0).sum()),
+        "sessions": len({r.get("session") for r in rows}),
+    }
+
+
+def fmt(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def better(metric: str, a: Optional[float], b: Optional[float], rounds: int) -> bool:
+    """a strictly better than b (rounds to target: fewer; a target never reached counts as
+    rounds + 1)."""
+    if metric.startswith("rounds_to_target"):
+        a = rounds + 1 if a is None else a
+        b = rounds + 1 if b is None else b
+        return a < b
+    return a is not None and b is not None and a > b
+
+
+METRICS = (
+    ("rounds_to_target", "rounds to target (raw)"),
+    ("rounds_to_target_smoothed", "rounds to target (smoothed)"),
+    ("last10_accuracy", "last-10% accuracy"),
+    ("e_ludd", "e-LUDD"),
+)
+
+
+def per_method_table(data: dict[str, dict[int, dict[str, Any]]], order: list[str]) -> str:
+    lines = [
+        "| method | seeds | rounds to target, raw (per seed) | smoothed (per seed) | last-10% accuracy (per seed) "
+        "| mean | e-LUDD |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for method in order:
+        runs = data[method]
+        seeds = sorted(runs)
+
+        def col(key: str, digits: int = 3, runs: dict[int, dict[str, Any]] = runs, seeds: list[int] = seeds) -> str:
+            return ", ".join(fmt(runs[s][key], digits) for s in seeds)
+
+        last = [runs[s]["last10_accuracy"] for s in seeds]
+        elud = [runs[s]["e_ludd"] for s in seeds if runs[s]["e_ludd"] is not None]
+        lines.append(
+            f"| {method} | {','.join(map(str, seeds))} | {col('rounds_to_target', 0)} | "
+            f"{col('rounds_to_target_smoothed', 0)} | {col('last10_accuracy')} | {fmt(float(np.mean(last)))} | "
+            f"{fmt(float(np.mean(elud))) if elud else '-'} |"
+        )
+    return "\n".join(lines)
+
+
+def versus_parts_table(data: dict[str, dict[int, dict[str, Any]]], order: list[str]) -> str:
+    lines = [
+        "| composition | parts | paired seeds | beats every part on (raw rounds / smoothed / last-10%) "
+        "| last-10% minus best part's (per seed) |",
+        "|---|---|---|---|---|",
+    ]
+    for method in order:
+        ps = parts(method)
+        if len(ps) < 2 or any(p not in data for p in ps):
+            continue
+        seeds = sorted(set(data[method]).intersection(*(set(data[p]) for p in ps)))
+        if not seeds:
+            continue
+        wins = []
+        for key, _ in METRICS[:3]:
+            n = sum(
+                all(better(key, data[method][s][key], data[p][s][key], data[method][s]["rounds"]) for p in ps)
+                for s in seeds
+            )
+            wins.append(f"{n}/{len(seeds)}")
+        gaps = [data[method][s]["last10_accuracy"] - max(data[p][s]["last10_accuracy"] for p in ps) for s in seeds]
+        lines.append(
+            f"| {method} | {', '.join(ps)} | {','.join(map(str, seeds))} | {' / '.join(wins)} | "
+            f"{', '.join(f'{g:+.3f}' for g in gaps)} |"
+        )
+    return "\n".join(lines)
+
+
+def mechanism_table(data: dict[str, dict[int, dict[str, Any]]], order: list[str]) -> str:
+    """A mechanism (``<composition>-<mechanism>``) against the faithful composition, paired."""
+    lines = [
+        "| mechanism | against | paired seeds | raw rounds (mech vs faithful, per seed) | "
+        "last-10% accuracy difference (per seed) | mean |",
+        "|---|---|---|---|---|---|",
+    ]
+    for method in order:
+        if "-" not in method.split("+")[-1]:
+            continue
+        base = method.rsplit("-", 1)[0]
+        if base not in data:
+            continue
+        seeds = sorted(set(data[method]) & set(data[base]))
+        if not seeds:
+            continue
+        rounds = ", ".join(
+            f"{fmt(data[method][s]['rounds_to_target'], 0)} vs {fmt(data[base][s]['rounds_to_target'], 0)}"
+            for s in seeds
+        )
+        diffs = [data[method][s]["last10_accuracy"] - data[base][s]["last10_accuracy"] for s in seeds]
+        lines.append(
+            f"| {method} | {base} | {','.join(map(str, seeds))} | {rounds} | "
+            f"{', '.join(f'{d:+.3f}' for d in diffs)} | {float(np.mean(diffs)):+.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def diagnostics_table(data: dict[str, dict[int, dict[str, Any]]], order: list[str]) -> str:
+    keys = ("aware_rounds", "aware_age", "aware_active", "aware_nonzero", "aware_step_norm", "sampled_cv")
+    keys += ("never_sampled", "sessions")
+    lines = ["| method | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    for method in order:
+        runs = list(data[method].values())
+        cells = []
+        for k in keys:
+            vals = [r[k] for r in runs if r.get(k) is not None]
+            cells.append(fmt(float(np.mean(vals)), 3) if vals else "-")
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("root", type=Path, help="the sweep directory")
+    ap.add_argument("--target", type=float, required=True, help="test accuracy for rounds to target")
+    ap.add_argument("--order", help="methods in this order (comma-separated; default: by name)")
+    args = ap.parse_args(argv)
+    data = load(args.root, args.target)
+    if not data:
+        print(f"no completed method=...,seed=... runs under {args.root}", file=sys.stderr)
+        return 1
+    order = [m for m in args.order.split(",") if m in data] if args.order else sorted(data)
+    print(f"Target {args.target:g}; per-seed values in seed order.\n")
+    print(per_method_table(data, order) + "\n")
+    print(versus_parts_table(data, order) + "\n")
+    print(mechanism_table(data, order) + "\n")
+    print(diagnostics_table(data, order))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
