@@ -98,16 +98,19 @@ def test_rule_is_the_default_and_its_choice_is_read_back_from_yaml():
         ScenarioConfig(model=ModelConfig(name="resnet18"), simulation=SimulationConfig(vectorize_choice="on"))
 
 
-def test_the_resolved_config_records_the_choice_and_a_rerun_of_it_repeats_bit_for_bit(tmp_path, capsys):
+def test_the_resolved_config_records_the_choice_and_a_rerun_of_it_repeats_bit_for_bit(tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="fedflex.clients.cohort_app")
     # Execute: quickstart (logreg, 5 per round, batches of 10: 5 x 10 x 3.2 KiB) decides `on`
     assert main(["run", str(QUICKSTART), *FAST, "rounds=2", "--out", str(tmp_path / "a")]) == 0
     saved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
     assert saved["simulation"]["vectorize"] == "rule"
     assert saved["simulation"]["vectorize_choice"] == "on"
-    assert "cohorts (simulation.vectorize=rule): in cohorts" in capsys.readouterr().err
+    assert "cohorts (simulation.vectorize=rule): in cohorts" in caplog.text
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="fedflex.clients.cohort_app")  # the local backend set INFO
     # ... the saved config, run again, takes it from there and ends with the same model
     assert main(["run", str(tmp_path / "a" / "config.yaml"), "--out", str(tmp_path / "b")]) == 0
-    assert "as recorded in the config" in capsys.readouterr().err
+    assert "as recorded in the config" in caplog.text
     with np.load(tmp_path / "a" / "model.npz") as a, np.load(tmp_path / "b" / "model.npz") as b:
         assert all(np.array_equal(a[k], b[k]) for k in a.files)
 
@@ -134,7 +137,7 @@ def test_a_resumed_run_trains_as_recorded_even_where_the_rule_would_now_decide_o
 
     monkeypatch.setattr(fedflex.clients.cohort_app.CohortTrainer, "__init__", spy)
     # Execute
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.DEBUG, logger="fedflex.clients.cohort_app"):
         assert main(["run", "--resume", str(out)]) == 0
     # Assert: the recorded `on`, not the rule's `off`; the uninterrupted run's model, bit for bit
     assert modes == ["on"]
