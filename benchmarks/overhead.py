@@ -10,7 +10,7 @@ loop are printed side by side, one block per case:
 - ``k100of10k``: 10,000 clients, 100 per round (plain loop too: same work).
 
 Variants (``backend:vectorize``): ``local:off`` (in-process, one client at a time),
-``local:on`` / ``local:auto`` (in-process cohorts, :mod:`clients.cohort`), ``ray:off``
+``local:on`` / ``local:auto`` / ``local:rule`` (in-process cohorts, :mod:`clients.cohort`), ``ray:off``
 (Flower's Ray simulation, one message per client) and ``ray:on`` / ``ray:auto`` (one
 cohort message per Ray worker). ``--device cuda`` puts data and model of the plain loop
 on the GPU and runs fedflex with ``client.device=cuda`` (and ``simulation.num_gpus``
@@ -21,7 +21,7 @@ on the GPU and runs fedflex with ``client.device=cuda`` (and ``simulation.num_gp
 
 Overrides (``key=value``, fedflex's dotlist) may stand anywhere, also right after
 ``--cases`` or ``--variants``: ``--variants local:off model.name=mlp`` runs the variant
-``local:off`` with ``model.name=mlp``. A variant is ``local|ray:off|on|auto``.
+``local:off`` with ``model.name=mlp``. A variant is ``local|ray:off|on|auto|rule``.
 """
 
 import argparse
@@ -60,7 +60,7 @@ def variant_overrides(variant: str, device: str) -> list[str]:
     return ov
 
 
-VARIANT = re.compile(r"(local|ray):(off|on|auto)")
+VARIANT = re.compile(r"(local|ray):(off|on|auto|rule)")
 
 
 def split_overrides(argv: list[str]) -> tuple[list[str]]:

@@ -53,7 +53,14 @@ from fedflex.losses import get_loss
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CohortClient", "train_cohort", "unsupported_reason", "cohort_chunk_size", "per_client_bytes"]
+__all__ = [
+    "CohortClient",
+    "train_cohort",
+    "unsupported_reason",
+    "cohort_chunk_size",
+    "per_client_bytes",
+    "vectorize_rule",
+]
 
 ADAM_BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which make_optimizer uses
 ADAM_EPS = 1e-8
@@ -138,6 +145,65 @@ def cohort_chunk_size(
     """
     need = max(1, per_client_bytes(model, example, settings.batch_size, settings.optimizer))
     return max(1, int(_free_bytes(device) * fraction) // need)
+
+
+# ---------------------------------------------------------------------------- vectorize=rule
+#: ``simulation.vectorize=rule`` on a CPU: cohorts when one batched step's activations
+#: (clients x batch x one example's module outputs) stay within this many bytes. Measured
+#: on a 2-core CPU (docs/cohorts.md): below it the per-step launch overhead that cohorts
+#: save dominates; above it the batched kernels run out of cache and are slower than the
+#: same clients' steps one by one.
+RULE_CPU_BYTES = 64 * 2**20
+
+
+def vectorize_rule(
+    model: nn.Module,
+    example: torch.Tensor,
+    device: torch.device,
+    clients_per_round: int,
+    batch_size: int,
+    examples_per_client: float,
+    cohort_size: int = 0,
+) -> tuple[str, str]:
+    """``("on" | "off", why)``: whether a run trains its rounds in cohorts, decided
+    without timing from the model, the device, the clients per round and the batch.
+
+    - a model that cannot be batched (:func:`unsupported_reason`), or one client per
+      cohort: ``off``;
+    - CUDA: ``on`` (a step of a small model is kernel-launch overhead there);
+    - CPU: ``on`` when one batched step's activations, ``width x batch x`` one example's
+      module outputs, are at most :data:`RULE_CPU_BYTES`; ``width`` is the clients per
+      round (``cohort_size`` when smaller), ``batch`` the batch size or the mean client's
+      examples when fewer (its local steps are then full-data steps).
+
+    ``example``: one input example (any device, ``meta`` too: only shapes are used).
+
+    Examples
+    --------
+    >>> mlp = nn.Sequential(nn.Flatten(), nn.Linear(784, 200), nn.ReLU(), nn.Linear(200, 10))
+    >>> x = torch.zeros(1, 1, 28, 28)
+    >>> vectorize_rule(mlp, x, torch.device("cpu"), 100, 32, 60.0)[0]
+    'on'
+    >>> vectorize_rule(mlp, x, torch.device("cpu"), 1, 32, 60.0)[0]
+    'off'
+    """
+    reason = unsupported_reason(model)
+    if reason is not None:
+        return "off", f"the model cannot be batched ({reason})"
+    width = min(clients_per_round, cohort_size) if cohort_size else clients_per_round
+    if width < 2:
+        return "off", f"{width} client per cohort: nothing to batch"
+    if device.type == "cuda":
+        return "on", f"{width} clients per cohort on {device.type}"
+    batch = max(1, min(batch_size, math.ceil(examples_per_client)))
+    footprint = width * batch * _activation_bytes(model, example[:1])
+    mib = 2**20
+    verdict = "<=" if footprint <= RULE_CPU_BYTES else ">"
+    why = (
+        f"{width} clients x batch {batch} x {_activation_bytes(model, example[:1]) / 1024:.1f} KiB of activations "
+        f"= {footprint / mib:.1f} MiB per batched step {verdict} {RULE_CPU_BYTES / mib:.0f} MiB on {device.type}"
+    )
+    return ("on" if footprint <= RULE_CPU_BYTES else "off"), why
 
 
 # ---------------------------------------------------------------------------- training

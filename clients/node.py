@@ -8,7 +8,7 @@ messages and build replies the same way.
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Optional, cast
+from typing import Any, Callable, Mapping, Optional, cast
 
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
@@ -46,16 +46,39 @@ def node_task(msg: Message, context: Context) -> Task:
     return task
 
 
+#: the last parse of each kind: (what, loss) -> (the config's items, the parsed value).
+#: A round's train messages share one config: its hundred clients parse (and validate) it once.
+_PARSED: dict[tuple[str, str], tuple[list, Any]] = {}
+
+
+def _parsed(what: str, loss: str, config: Mapping[str, Any], parse: Callable[[], Any]) -> Any:
+    """Return ``parse()``, or its value for a config with the same items (types included)
+    as last time. The values are frozen or never changed by their users.
+    """
+    items = [(k, type(v), v) for k, v in config.items()]
+    last = _PARSED.get((what, loss))
+    if last is not None and last[0] == items:
+        return last[1]
+    value = parse()
+    _PARSED[(what, loss)] = (items, value)
+    return value
+
+
 def settings_from_config(config: Mapping[str, Any], loss: str = "cross-entropy") -> TrainSettings:
     """Training settings from a train message's ConfigRecord (the scenario's
     :class:`~fedflex.config.ClientConfig` as the server wrote it) and the task's loss.
     """
-    return TrainSettings.from_client(from_record(ClientConfig, config, keys.CLIENT), loss=loss)
+    return _parsed(
+        "settings",
+        loss,
+        config,
+        lambda: TrainSettings.from_client(from_record(ClientConfig, config, keys.CLIENT), loss=loss),
+    )
 
 
 def rule_options(config: Mapping[str, Any]) -> LocalRuleConfig:
     """Return the local rule's options as its server half wrote them (defaults for the rest)."""
-    return from_record(LocalRuleConfig, config, keys.LOCAL_RULE)
+    return _parsed("rule", "", config, lambda: from_record(LocalRuleConfig, config, keys.LOCAL_RULE))
 
 
 def load_global(task: Task, msg: Message) -> None:

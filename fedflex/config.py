@@ -858,16 +858,21 @@ class SimulationConfig:
     start-up and messaging dominate).
 
     ``vectorize``: train the clients of a round as batched cohorts
-    (:mod:`clients.cohort`): ``auto`` times a step both ways once and predicts every round
-    the faster way (logged), ``on`` always where the rule and model allow it, ``off``
-    (default) one client at a time. Cohorts agree with one-by-one training to float
-    rounding, not bit for bit, so ``auto``'s timing-based choice makes a run repeat only
-    to float rounding (a resumed run too); ``on`` and ``off`` repeat bit for bit (with
-    ``cohort_size`` set when memory is tight: the chunking follows free memory). ``off``
-    is the default so that a run is reproducible from its config and seed; choose
-    ``auto`` for speed, ``on`` on a GPU. BHerd / GraB rounds and
-    BatchNorm models always train one client at a time. ``cohort_size``: most clients per
-    batched computation (0: as many as fit half the device's free memory).
+    (:mod:`clients.cohort`): ``rule`` (default) decides once per run, before round 1, by
+    a fixed rule of the model, the device, the clients per round and the batch
+    (:func:`clients.cohort.vectorize_rule`, no timing) and records its decision as
+    ``vectorize_choice`` in the resolved config (config.yaml, which a resumed run reads):
+    a resumed run and a re-run of the saved config train the same way, bit for bit.
+    ``on`` always where the rule and model allow it, ``off`` one client at a time,
+    ``auto`` times a step both ways once and predicts every round the faster way
+    (logged; cohorts agree with one-by-one training to float rounding, not bit for bit,
+    so ``auto``'s timing-based choice makes a run repeat only to float rounding). ``on``,
+    ``off`` and ``rule`` repeat bit for bit (with ``cohort_size`` set when memory is
+    tight: the chunking follows free memory). BHerd / GraB rounds and BatchNorm models
+    always train one client at a time. ``vectorize_choice``: ``on`` / ``off``, what
+    ``rule`` decided (set by the run; null: decide; ignored and cleared with another
+    ``vectorize``). ``cohort_size``: most clients per batched computation (0: as many as
+    fit half the device's free memory).
     On the ``ray`` backend a round's clients travel as one cohort message per Ray worker
     (:mod:`fedflex.launch.cohort_grid`); a real SuperNode is one client.
 
@@ -880,7 +885,8 @@ class SimulationConfig:
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     timeout: float = 3600.0
-    vectorize: str = "off"
+    vectorize: str = "rule"
+    vectorize_choice: Optional[str] = None
     cohort_size: int = 0
     ray_address: Optional[str] = None
 
@@ -888,14 +894,30 @@ class SimulationConfig:
         """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _choice(path, "backend", self.backend, ("ray", "local"))
         # YAML 1.1 reads a bare on / off as a boolean, which OmegaConf then writes as a string
-        self.vectorize = {"True": "on", "true": "on", "False": "off", "false": "off"}.get(
-            self.vectorize, self.vectorize
-        )
-        _choice(path, "vectorize", self.vectorize, ("auto", "on", "off"))
+        bools = {"True": "on", "true": "on", "False": "off", "false": "off"}
+        self.vectorize = bools.get(self.vectorize, self.vectorize)
+        _choice(path, "vectorize", self.vectorize, ("rule", "auto", "on", "off"))
+        if self.vectorize != "rule":
+            self.vectorize_choice = None  # only rule records a choice
+        elif self.vectorize_choice is not None:
+            self.vectorize_choice = bools.get(str(self.vectorize_choice), str(self.vectorize_choice))
+            _choice(path, "vectorize_choice", self.vectorize_choice, ("on", "off"))
         _num(path, "cohort_size", self.cohort_size, ge=0)
         _num(path, "num_cpus", self.num_cpus, gt=0)
         _num(path, "num_gpus", self.num_gpus, ge=0)
         _num(path, "timeout", self.timeout, gt=0)
+
+    def cohorts(self) -> str:
+        """How the run trains its clients: ``on``, ``off`` or ``auto``; ``rule`` gives its
+        recorded choice (``off`` before the run made it).
+        """
+        if self.vectorize == "rule":
+            return self.vectorize_choice or "off"
+        return self.vectorize
+
+    def cohorts_key(self) -> str:
+        """Return the key that set :meth:`cohorts` (for error messages)."""
+        return "simulation.vectorize_choice" if self.vectorize == "rule" else "simulation.vectorize"
 
 
 @dataclass
@@ -1032,9 +1054,9 @@ class ScenarioConfig:
                 self.model.vocab_size,
                 f"must be dataset.vocab_size + {DatasetConfig.NUM_SPECIAL_TOKENS} = {rows} (or unset)",
             )
-        if self.model.name == "text-lstm" and self.simulation.vectorize == "on":
+        if self.model.name == "text-lstm" and self.simulation.cohorts() == "on":
             raise ConfigError(
-                "simulation.vectorize",
+                self.simulation.cohorts_key(),
                 "on",
                 "model text-lstm cannot be trained as a batched cohort (torch.func.vmap has no rule for "
                 "LSTM layers); use vectorize=off (or auto, which trains it one client at a time)",
@@ -1081,10 +1103,10 @@ class ScenarioConfig:
         batch_norm = self.model.name == "cnn-fmnist-authors" or (
             self.model.name == "resnet18" and self.model.norm == "batch"
         )
-        if self.simulation.vectorize == "on" and batch_norm:
+        if self.simulation.cohorts() == "on" and batch_norm:
             fix = "use model.norm=group, or " if self.model.name == "resnet18" else "use "
             raise ConfigError(
-                "simulation.vectorize",
+                self.simulation.cohorts_key(),
                 "on",
                 f"model {self.model.name} keeps BatchNorm running statistics, which a "
                 f"batched cohort cannot keep per client; {fix}vectorize=auto / off",

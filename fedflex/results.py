@@ -40,6 +40,8 @@ def _clean(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        if all(type(v) is int for v in value):  # e.g. a round's 10,000 online client ids
+            return list(value)
         return [_clean(v) for v in value]
     if isinstance(value, np.generic):
         value = value.item()

@@ -128,10 +128,17 @@ class NodeDirectory:
         """Flower's simulation registers node i (node config ``partition-id=i``) as the
         i-th node of its in-memory state (``vce_api._register_nodes``), so the client ids
         of thousands of simulated nodes follow from that order without a QUERY each
-        (10,000 queries through two Ray workers outlast any sensible timeout). The order
-        is confirmed by asking a few random nodes; on any mismatch, or on another grid,
-        every node is asked. Returns the nodes still to identify.
+        (10,000 queries through two Ray workers outlast any sensible timeout). The
+        in-process :class:`fedflex.launch.local_grid.LocalGrid` says its nodes' partition
+        ids (``registration_order``), which saves its 10,000 queries through the ClientApp
+        likewise. The order is confirmed by asking a few random nodes; on any mismatch, or
+        on another grid, every node is asked. Returns the nodes still to identify.
         """
+        if type(grid).__name__ == "LocalGrid":
+            order = list(grid.registration_order())
+            if len(order) != self.num_clients or set(new) - set(order):
+                return new
+            return self._take_order(grid, new, order)
         state = getattr(grid, "state", None)
         order = list(getattr(state, "nodes", {}) or {})
         if type(grid).__name__ != "InMemoryGrid" or set(new) - set(order):
@@ -146,6 +153,10 @@ class NodeDirectory:
             return new
         if len(order) != self.num_clients:
             return new
+        return self._take_order(grid, new, order)
+
+    def _take_order(self, grid: Grid, new: list[int], order: list[int]) -> list[int]:
+        """``order[i]`` serves client id ``i``, confirmed by asking a few of ``new``."""
         mapping = {node: i for i, node in enumerate(order)}
         rng = np.random.default_rng(len(order))
         # pick positions, not ids: an array of 64-bit ids above 2**63 becomes float64

@@ -76,6 +76,21 @@ class LocalGrid(Grid):
         for node_id in [n for n, c in self.contexts.items() if c.node_config["partition-id"] == partition_id]:
             del self.contexts[node_id]
 
+    def registration_order(self) -> list[int]:
+        """Node ids by partition id (``[node of 0, node of 1, ...]``) when each of the
+        ``num_nodes`` partition ids has exactly one node; else [] (the node directory then
+        asks every node).
+        """
+        order: dict[int, int] = {}
+        for node_id, context in self.contexts.items():
+            pid = context.node_config.get("partition-id")
+            if not isinstance(pid, int) or pid in order:
+                return []
+            order[pid] = node_id
+        if sorted(order) != list(range(self.num_nodes)):
+            return []
+        return [order[pid] for pid in range(self.num_nodes)]
+
     # -------------------------------------------------------------- Grid API
     def set_run(self, run: Run) -> None:
         """Set the run this grid's messages belong to (Flower's Grid interface)."""

@@ -61,16 +61,69 @@ def ray_workers(cfg: ScenarioConfig, cpus: Optional[float] = None, gpus: Optiona
     return max(1, workers)
 
 
+def decide_cohorts(cfg: ScenarioConfig, data) -> str:
+    """``simulation.vectorize=rule``: decide once, before round 1, whether this run trains
+    in cohorts (:func:`clients.cohort.vectorize_rule`: the model, the device, the clients
+    per round, the batch; no timing) and record it in ``cfg`` as
+    ``simulation.vectorize_choice``, which config.yaml then holds: a resumed run (and a
+    re-run of the saved config) finds it there and does not decide again. Returns how
+    the run trains: ``on``, ``off`` or ``auto``.
+    """
+    sim = cfg.simulation
+    if sim.vectorize != "rule":
+        return sim.cohorts()
+    # DEBUG: config.yaml records the choice; a run's stderr stays its one line on failure
+    say = logging.getLogger("fedflex.clients.cohort_app")  # the logger that says how clients train
+    if sim.vectorize_choice is not None:
+        say.debug("cohorts (simulation.vectorize=rule): %s, as recorded in the config", sim.vectorize_choice)
+        return sim.cohorts()
+    import torch
+
+    from fedflex.clients.cohort import vectorize_rule
+    from fedflex.clients.runtime import resolve_device
+    from fedflex.models import build_model
+
+    example = data.train.inputs(torch.zeros(1, dtype=torch.long))
+    with torch.random.fork_rng(devices=[]):  # the run's own random stream is not touched
+        try:  # shapes only: no memory, no arithmetic
+            with torch.device("meta"):
+                model = build_model(cfg.model, data.train.input_shape, data.train.num_classes)
+            example = example.to("meta")
+        except Exception:  # a model that cannot be built on the meta device
+            model = build_model(cfg.model, data.train.input_shape, data.train.num_classes)
+    try:
+        device = resolve_device(cfg.client.device)
+    except RuntimeError:  # client.device=cuda without a GPU here: the workers say so
+        device = torch.device(cfg.client.device)
+    choice, why = vectorize_rule(
+        model,
+        example,
+        device,
+        cfg.strategy.sampler.clients_per_round,
+        cfg.client.batch_size,
+        len(data.train) / cfg.num_clients,
+        sim.cohort_size,
+    )
+    sim.vectorize_choice = choice
+    say.debug(
+        "cohorts (simulation.vectorize=rule): %s: %s (recorded as simulation.vectorize_choice)",
+        "in cohorts" if choice == "on" else "one client at a time",
+        why,
+    )
+    return choice
+
+
 def cohort_grid(cfg: ScenarioConfig, workers: int):
     """``wrap_grid`` for the ServerApp: one cohort message per Ray worker and round
-    (:mod:`fedflex.launch.cohort_grid`), or None with ``simulation.vectorize=off``.
+    (:mod:`fedflex.launch.cohort_grid`), or None when the run trains one client at a time.
     """
-    if cfg.simulation.vectorize == "off":
+    mode = cfg.simulation.cohorts()
+    if mode == "off":
         return None
     from fedflex.launch.cohort_grid import CohortGrid
 
     def wrap(grid, client_of):
-        return CohortGrid(grid, client_of, workers, cfg.simulation.vectorize, cfg.simulation.cohort_size)
+        return CohortGrid(grid, client_of, workers, mode, cfg.simulation.cohort_size)
 
     return wrap
 
@@ -180,12 +233,13 @@ def _run(
     data = load_dataset(cfg.dataset, cfg.num_clients, cfg.seed)  # fails early, before Ray starts
     check_data_fits(cfg, data)
     quiet_flower(verbose)
+    decide_cohorts(cfg, data)  # before config.yaml is written: it records the choice
     if cfg.simulation.backend == "local":
         from fedflex.clients.cohort_app import CohortTrainer
         from fedflex.launch.local_grid import LocalGrid
         from fedflex.launch.server import run_server
 
-        cohorts = CohortTrainer(cfg.simulation.vectorize, cfg.simulation.cohort_size)
+        cohorts = CohortTrainer(cfg.simulation.cohorts(), cfg.simulation.cohort_size)
         logging.getLogger("fedflex.clients.cohort_app").setLevel(logging.INFO)  # say how clients train
         grid = LocalGrid(client_app, cfg.num_clients, seed=cfg.seed, train_batch=cohorts)
         run_server(grid, cfg, out_dir, data, resume=resume, recorder=recorder)

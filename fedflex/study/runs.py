@@ -31,6 +31,7 @@ EXECUTION_KEYS = (
     "simulation.timeout",
     "simulation.ray_address",
     "simulation.cohort_size",
+    "simulation.vectorize_choice",  # what vectorize=rule decided for the run (recorded in config.yaml)
     "client.num_threads",
     "client.device",
     "churn.trace",  # the run directory holds its own copy (config.yaml names the copy)

@@ -39,7 +39,7 @@ def _env(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("vectorize", ["off", "on"])  # one client at a time, and cohorts
+@pytest.mark.parametrize("vectorize", ["off", "on", "rule"])  # one at a time, cohorts, the rule's choice
 def test_killed_and_resumed_run_ends_with_the_uninterrupted_model(tmp_path, vectorize):
     env = _env(tmp_path)
     subprocess.run(

@@ -186,6 +186,37 @@ def test_out_of_order_simulated_nodes_are_all_asked():
     assert len(_query_messages(grid)) > NodeDirectory.SIMULATION_PROBES
 
 
+def test_the_in_process_grid_says_its_partition_ids_and_few_nodes_are_asked():
+    grid = LocalGrid(client_app, 100)
+    directory = NodeDirectory(100)
+    directory.refresh(grid)
+    assert len(_query_messages(grid)) == NodeDirectory.SIMULATION_PROBES
+    for node, ctx in grid.contexts.items():
+        assert directory.client_of(node) == ctx.node_config["partition-id"]
+
+
+def test_in_process_nodes_that_say_other_ids_are_all_asked():
+    def shifted(msg: Message, context) -> Message:  # every node claims the next client id
+        pid = (int(context.node_config["partition-id"]) + 1) % 100
+        return Message(RecordDict({keys.CONFIG: ConfigRecord({keys.PARTITION_ID: pid})}), reply_to=msg)
+
+    grid = LocalGrid(shifted, 100)
+    directory = NodeDirectory(100)
+    directory.refresh(grid)
+    assert len(_query_messages(grid)) > NodeDirectory.SIMULATION_PROBES
+    for node, ctx in grid.contexts.items():  # what the nodes said, as before the shortcut
+        assert directory.client_of(node) == (ctx.node_config["partition-id"] + 1) % 100
+
+
+def test_an_in_process_grid_with_a_node_gone_is_asked_node_by_node():
+    grid = LocalGrid(client_app, 100)
+    grid.remove_node(7)
+    assert grid.registration_order() == []
+    directory = NodeDirectory(100)
+    directory.refresh(grid)
+    assert len(_query_messages(grid)) == 99 and len(directory.clients()) == 99
+
+
 def test_simulated_nodes_still_registering_are_waited_for_not_queried():
     grid = InMemoryGrid(client_app, 100)
     first = list(grid.contexts)[:70]
