@@ -23,7 +23,7 @@ ROOT = Path(__file__).parents[2]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 FAST = ["output.progress=off", "output.plots=false", "simulation.backend=local"]
 # server momentum: the resumed run must restore the server state to end with the same model
-STATEFUL = ["strategy.aggregator.name=fedavgm", "strategy.aggregator.server_momentum=0.5", "output.checkpoint_every=1"]
+STATEFUL = ["strategy.aggregator.name=fedavgm", "strategy.aggregator.fedavgm.momentum=0.5", "output.checkpoint_every=1"]
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 FMNIST = torch.zeros(1, 1, 28, 28)
 
