@@ -135,7 +135,7 @@ class NodeDirectory:
         on another grid, every node is asked. Returns the nodes still to identify.
         """
         if type(grid).__name__ == "LocalGrid":
-            order = list(grid.registration_order())
+            order = list(cast(Any, grid).registration_order())  # LocalGrid's own method
             if len(order) != self.num_clients or set(new) - set(order):
                 return new
             return self._take_order(grid, new, order)

@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from fedflex import interrupts
 from fedflex.config import ScenarioConfig
@@ -99,7 +99,7 @@ def decide_cohorts(cfg: ScenarioConfig, data) -> str:
         model,
         example,
         device,
-        cfg.strategy.sampler.clients_per_round,
+        cast(int, cfg.strategy.sampler.clients_per_round),  # filled by validate
         cfg.client.batch_size,
         len(data.train) / cfg.num_clients,
         sim.cohort_size,
