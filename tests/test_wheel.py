@@ -121,6 +121,6 @@ def test_a_flower_app_bundle_without_the_links_imports_the_halves_from_its_own_f
     # Assert: both halves come from the bundle's top-level folders
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == [
-        str(unpacked / "strategies" / "fedflex.py"),
+        str(unpacked / "strategies" / "strategy.py"),
         str(unpacked / "clients" / "client_app.py"),
     ]

@@ -374,15 +374,20 @@ def results_dir(run_config: Any, name: str) -> Path:
 
 
 def run_finished(out_dir: Path) -> bool:
-    """Whether the run in ``out_dir`` wrote its final model and a summary.json that does
-    not say ``failed`` (a run whose last files did not fit on the disk has not).
+    """Whether the run in ``out_dir`` wrote its final model and a summary.json that says
+    neither ``failed`` (a run whose last files did not fit on the disk) nor ``interrupted``
+    (a signal that came during the last round: its resume runs no round and ends it).
     """
     out_dir = Path(out_dir)
     try:
         summary = json.loads((out_dir / SUMMARY_FILE).read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(summary, dict) and summary.get("status") != "failed" and (out_dir / MODEL_FILE).is_file()
+    return (
+        isinstance(summary, dict)
+        and summary.get("status") not in ("failed", "interrupted")
+        and (out_dir / MODEL_FILE).is_file()
+    )
 
 
 def resume_point(out_dir: Path, option: str = "resume=") -> tuple[ScenarioConfig, dict]:

@@ -113,7 +113,9 @@ def test_resume_of_a_finished_run_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "missing", [{"summary": False}, {"model": False}, {"status": "failed"}], ids=["summary", "model", "failed"]
+    "missing",
+    [{"summary": False}, {"model": False}, {"status": "failed"}, {"status": "interrupted"}],
+    ids=["summary", "model", "failed", "interrupted-in-the-last-round"],
 )
 def test_resume_of_a_run_whose_last_files_are_missing_is_accepted(tmp_path, missing):
     # Prepare: every round ran, but the disk filled up before the summary / the model
