@@ -76,6 +76,37 @@ def run_config(
     return " ".join(f'{key}="{value}"' for key, value in values.items())
 
 
+def fab_paths(app_dir: Path) -> list[str]:
+    """List the files ``flwr run APP_DIR`` puts into the app's FAB (Flower's own selection:
+    ``.gitignore``, ``fab-include`` / ``fab-exclude`` and its built-in patterns).
+
+    Raises :class:`DeployError` for a file the FAB cannot carry: Flower 1.41 lists the
+    files in a comma-separated manifest, so a path with a comma (a ``fedflex sweep``
+    results folder such as ``method=hics,seed=0``) breaks the ServerApp when it unpacks
+    the FAB, after the run has been submitted.
+    """
+    import tomli  # Flower's own TOML reader (tomllib is Python 3.11+)
+    from flwr.cli.build import collect_files, get_filtered_fab_paths
+
+    app_dir = Path(app_dir).resolve()
+    try:
+        config = tomli.loads((app_dir / "pyproject.toml").read_text())
+        files: dict[str, bytes | Path] = dict(collect_files(app_dir))
+        paths = sorted(get_filtered_fab_paths(files, config))
+    except (OSError, ValueError) as exc:
+        raise DeployError(f"cannot build the app in {app_dir}: {exc}") from None
+    bad = [path for path in paths if "," in path]
+    if bad:
+        shown = "\n  ".join(bad[:5]) + (f"\n  ... and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise DeployError(
+            f"{len(bad)} file(s) of the app in {app_dir} have a comma in their path, which Flower's "
+            f"FAB cannot carry:\n  {shown}\nmove them out of the app folder, or leave them out of the "
+            "FAB with `fab-exclude` (or list what it needs with `fab-include`) under [tool.flwr.app] "
+            "in pyproject.toml"
+        )
+    return paths
+
+
 def _flower_env(home: Path, extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
     """Environment of a Flower process: its own FLWR_HOME, the interpreter's bin on PATH
     (the SuperLink and SuperNodes start ``flower-superexec`` by name), no runtime
@@ -485,6 +516,7 @@ class LocalFederation:
             config = run_config(
                 str(Path(scenario).resolve()), overrides, str(Path(out).resolve()) if out else "", node_keys=keys
             )
+        fab_paths(self.app_dir)  # a file the FAB cannot carry fails here, not in the SuperLink
         done = self.flwr("run", str(self.app_dir), CONNECTION, "--format", "json", "--run-config", config)
         payload = _json_from(done.stdout)
         if done.returncode != 0 or not payload or not payload.get("success"):
