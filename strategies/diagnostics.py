@@ -17,6 +17,8 @@ import numpy as np
 from fedflex.arrays import is_float
 from fedflex.strategies.parts import Arrays
 
+BLOCK_BYTES = 32 * 2**20  # e_lud's float64 working block
+
 
 def e_lud(global_arrays: Arrays, client_arrays: Sequence[Arrays]) -> Optional[float]:
     """Empirical local update diversity of one round (the paper's e-LUD).
@@ -37,14 +39,17 @@ def e_lud(global_arrays: Arrays, client_arrays: Sequence[Arrays]) -> Optional[fl
     for key, x in global_arrays.items():
         if not is_float(x):
             continue
-        x64 = np.asarray(x, dtype=np.float64)
-        acc = np.zeros(x64.shape, dtype=np.float64)
-        for arrays in client_arrays:
-            g = x64 - arrays[key]
-            sum_sq += float(np.vdot(g, g))
-            acc += g
+        x64 = np.asarray(x, dtype=np.float64).ravel()
+        acc = np.zeros_like(x64)
+        # the clients' updates of this entry as rows, in blocks of at most BLOCK_BYTES:
+        # one numpy call per block instead of three per client (10,000-client runs)
+        step = max(1, BLOCK_BYTES // max(1, x64.nbytes))
+        for start in range(0, n, step):
+            g = x64 - np.stack([np.asarray(arrays[key]).ravel() for arrays in client_arrays[start : start + step]])
+            sum_sq += float(np.einsum("ij,ij->", g, g))
+            acc += g.sum(axis=0)
         acc /= n
-        mean_sq += float(np.vdot(acc, acc))
+        mean_sq += float(acc @ acc)
     if mean_sq <= 0.0:
         return None
     return math.sqrt(sum_sq / n) / math.sqrt(mean_sq)

@@ -16,6 +16,7 @@ from fedflex.launch.local_grid import LocalGrid
 from fedflex.launch.server import run_server
 from fedflex.loader import load_scenario
 from fedflex.results import read_metrics
+from fedflex.strategies import diagnostics
 from fedflex.strategies.baseline import ExploreFirstSampler, FedAvgAggregator, UniformSampler
 from fedflex.strategies.build import build_strategy, check_parts
 from fedflex.strategies.diagnostics import e_lud
@@ -140,6 +141,15 @@ def test_e_lud_by_hand():
     assert e_lud(x, [_model(-1.0, 0.0), _model(0.0, -1.0)]) == pytest.approx(math.sqrt(2.0))
     assert e_lud(x, [_model(2.0, 2.0), _model(2.0, 2.0)]) == pytest.approx(1.0)  # identical updates
     assert e_lud(x, [_model(1.0, 0.0), _model(-1.0, 0.0)]) is None  # mean update zero
+
+
+@pytest.mark.parametrize("block_bytes", [1, 16, 2**20])
+def test_e_lud_by_hand_in_any_block_size(monkeypatch, block_bytes):
+    monkeypatch.setattr(diagnostics, "BLOCK_BYTES", block_bytes)
+    x = _model(0.0, 0.0)
+    # g = (1, 0), (0, 1), (1, 1): mean ||g||^2 = (1 + 1 + 2) / 3, mean g = (2/3, 2/3)
+    clients = [_model(-1.0, 0.0), _model(0.0, -1.0), _model(-1.0, -1.0)]
+    assert e_lud(x, clients) == pytest.approx(math.sqrt(4 / 3) / math.sqrt(8 / 9))
 
 
 def test_projection_at_sixty_degrees_by_hand():
