@@ -69,7 +69,7 @@ from fedflex.results import (  # noqa: F401 - the checkpoint pair, also importab
 )
 from fedflex.rundir import RunDirError, RunDirLock
 from fedflex.runinfo import provenance, run_log
-from fedflex.strategies.build import build_strategy
+from fedflex.strategies.build import build_strategy, check_parts
 from fedflex.strategies.nodes import simulated_node_count
 from fedflex.strategies.parts import ModelInfo
 from fedflex.strategies.strategy import RunFailedError
@@ -435,14 +435,15 @@ def _sets_checkpoint_every(scenario: str, overrides: list[str]) -> bool:
 
 
 def flwr_run_scenario(run_config: Any) -> ScenarioConfig:
-    """Return the scenario of a ``flwr run`` (``scenario`` + ``overrides``), checkpointing after
-    every round unless the scenario or the overrides say otherwise.
+    """Return the scenario of a ``flwr run`` (``scenario`` + ``overrides``, its parts checked),
+    checkpointing after every round unless the scenario or the overrides say otherwise.
     """
     import dataclasses
 
     scenario = str(run_config.get("scenario", "scenarios/quickstart.yaml"))
     overrides = shlex.split(str(run_config.get("overrides", "")))
     cfg = load_scenario(scenario, overrides)
+    check_parts(cfg)  # the part names and combinations, before the data are loaded
     if not _sets_checkpoint_every(scenario, overrides):
         output = dataclasses.replace(cfg.output, checkpoint_every=DEPLOYMENT_CHECKPOINT_EVERY)
         cfg = dataclasses.replace(cfg, output=output)
