@@ -73,33 +73,21 @@ from fedflex.strategies.build import build_strategy, check_parts
 from fedflex.strategies.nodes import simulated_node_count
 from fedflex.strategies.parts import ModelInfo
 from fedflex.strategies.strategy import RunFailedError
+from fedflex.taskspec import TaskSpec
 from fedflex.tracking import open_trackers
 
 logger = logging.getLogger(__name__)
 
 
-def task_json(cfg: ScenarioConfig) -> str:
-    """Return what a client needs to rebuild the task (data, partition, model), as stable JSON."""
-    spec = {
-        "dataset": asdict(cfg.dataset),
-        "partition": asdict(cfg.partition),
-        "model": asdict(cfg.model),
-        "num_clients": cfg.num_clients,
-        "seed": cfg.seed,
-        "device": cfg.client.device,
-        "num_threads": cfg.client.num_threads,
-    }
-    return json.dumps(spec, sort_keys=True)
-
-
 def train_config(cfg: ScenarioConfig) -> ConfigRecord:
-    """Return the ConfigRecord every train message carries: the task, the seed and the local
-    training settings (``client.*``, :func:`fedflex.records.to_record`); the local rule's
-    server half adds the rule's own options each round.
+    """Return the ConfigRecord every train message carries: the task spec
+    (:class:`fedflex.taskspec.TaskSpec`), the seed and the local training settings
+    (``client.*``, :func:`fedflex.records.to_record`); the local rule's server half adds the
+    rule's own options each round.
     """
     return ConfigRecord(
         {
-            keys.TASK: task_json(cfg),
+            **TaskSpec.of(cfg).to_record(),
             keys.SEED: cfg.seed,
             **to_record(cfg.client, keys.CLIENT, only=cfg.client.training_fields()),
         }
