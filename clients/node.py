@@ -19,6 +19,7 @@ from fedflex.clients.runtime import Task, get_task
 from fedflex.clients.train import TrainSettings, drawn_settings
 from fedflex.config import ClientConfig, LocalRuleConfig
 from fedflex.records import from_record
+from fedflex.taskspec import TaskSpec
 
 logger = logging.getLogger(__name__)
 
@@ -34,10 +35,12 @@ def partition_id(context: Context) -> int:
 
 
 def node_task(msg: Message, context: Context) -> Task:
-    """Return the worker's task (data, model) for this message's task spec, built once per worker."""
+    """Return the worker's task (data, model) for this message's task spec
+    (:class:`~fedflex.taskspec.TaskSpec`), parsed and built once per worker and task.
+    """
     config = msg.content[keys.CONFIG]
     data_path = context.node_config.get(keys.NODE_DATA_PATH)
-    task = get_task(str(config[keys.TASK]), str(data_path) if data_path else None)
+    task = get_task(TaskSpec.entry(config), str(data_path) if data_path else None)
     num_partitions = context.node_config.get(keys.NODE_NUM_PARTITIONS)
     if num_partitions is not None and int(num_partitions) != task.num_clients:
         raise ValueError(

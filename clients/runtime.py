@@ -1,16 +1,16 @@
 """What a worker process keeps between messages: data, partition, model skeleton.
 
 A Ray worker (simulation) or a SuperNode (deployment) serves many messages, and in
-simulation many virtual clients. Loading the data set, computing the partition and
-building the model happen once per worker and task, keyed by the task JSON that the
-server sends with every message; each message then only copies the global weights in.
+simulation many virtual clients. Parsing the task spec, loading the data set, computing
+the partition and building the model happen once per worker and task, keyed by the task
+entry the server sends with every message (:class:`fedflex.taskspec.TaskSpec`); each
+message then only copies the global weights in.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -18,10 +18,10 @@ from typing import Optional
 
 import torch
 
-from fedflex.config import DatasetConfig, ModelConfig, PartitionConfig
 from fedflex.data import ArrayDataset, FederatedData, load_dataset
 from fedflex.models import build_model
 from fedflex.partition import Partition, partition_data
+from fedflex.taskspec import TaskSpec
 
 logger = logging.getLogger(__name__)
 
@@ -65,21 +65,18 @@ def to_device(data: ArrayDataset, device: torch.device) -> ArrayDataset:
 
 
 @functools.lru_cache(maxsize=2)
-def get_task(task_json: str, data_path: Optional[str] = None) -> Task:
-    """Build (once per worker) the task described by ``task_json``."""
-    spec = json.loads(task_json)
-    dataset_cfg = DatasetConfig(**spec["dataset"])
-    if data_path:
-        dataset_cfg = dataclasses.replace(dataset_cfg, root=data_path)
-    partition_cfg = PartitionConfig(**spec["partition"])
-    model_cfg = ModelConfig(**spec["model"])
-    num_clients, seed = int(spec["num_clients"]), int(spec["seed"])
-    set_threads(int(spec.get("num_threads", 0)))
-    device = resolve_device(spec.get("device", "auto"))
-    data = load_dataset(dataset_cfg, num_clients, seed)
-    partition = partition_data(partition_cfg, data, num_clients, seed)
-    torch.manual_seed(seed)
-    model = build_model(model_cfg, data.train.input_shape, data.train.num_classes).to(device)
+def get_task(task: str, data_path: Optional[str] = None) -> Task:
+    """Build (once per worker) the task whose spec is ``task``, a train message's task entry
+    (:meth:`TaskSpec.entry`): parsed by :meth:`TaskSpec.from_entry` only when it is not cached.
+    """
+    spec = TaskSpec.from_entry(task)
+    dataset_cfg = dataclasses.replace(spec.dataset, root=data_path) if data_path else spec.dataset
+    set_threads(spec.num_threads)
+    device = resolve_device(spec.device)
+    data = load_dataset(dataset_cfg, spec.num_clients, spec.seed)
+    partition = partition_data(spec.partition, data, spec.num_clients, spec.seed)
+    torch.manual_seed(spec.seed)
+    model = build_model(spec.model, data.train.input_shape, data.train.num_classes).to(device)
     logger.info("worker %d loaded task: %s on %s", os.getpid(), dataset_cfg.name, device)
     return Task(
         data=data,
@@ -87,8 +84,8 @@ def get_task(task_json: str, data_path: Optional[str] = None) -> Task:
         partition=partition,
         model=model,
         device=device,
-        num_clients=num_clients,
-        loss=model_cfg.loss,
+        num_clients=spec.num_clients,
+        loss=spec.model.loss,
     )
 
 

@@ -447,13 +447,11 @@ LR_SCHEDULES = ("constant", "round", "session")
 LR_SHAPES = ("exp", "poly")
 
 
-SAMPLERS = ("uniform", "hics", "pow-d", "clustered", "divfl", "fedcor")
-#: Byzantine-robust aggregators (Flower's FedMedian, FedTrimmedAvg, Krum, MultiKrum, Bulyan)
-ROBUST_AGGREGATORS = ("median", "trimmed-mean", "krum", "multikrum", "bulyan")
-PLAIN_AGGREGATORS = ("fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedams", "fedaware", "bherd")
-AGGREGATORS = PLAIN_AGGREGATORS + ROBUST_AGGREGATORS
-INITIALIZERS = ("previous", "average", "session-aware")
-LOCAL_RULES = ("sgd", "fedprox", "scaffold", "fednova", "bherd", "grab", "feddyn", "fedcm")
+# The part names (``strategy.<part>.name``) are not listed here: each side's registry is
+# the one place that names its parts (strategies/build.py SAMPLERS, AGGREGATORS,
+# INITIALIZERS, SERVER_RULES; clients/rules.py LOCAL_RULES), and the composition root
+# refuses a name no registry has right after loading (strategies.build.check_parts, with
+# the names available). The core reads a part's name only to find its option sections.
 
 
 class _PartOptions:
@@ -465,8 +463,8 @@ class _PartOptions:
     """
 
     name: str
-    #: plain fields read by only some parts of the type
-    COMMON_READERS: ClassVar[dict[str, tuple[str, ...]]] = {}
+    #: plain fields some parts of the type do not read -> those parts (every other part reads them)
+    NOT_READ_BY: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def sections(self) -> dict[str, MethodOptions]:
         """Section name -> the method options it holds."""
@@ -492,10 +490,10 @@ class _PartOptions:
         default that the chosen part ignores; section options are dotted (``hics.temperature``).
         """
         default = type(self)()
-        out = [
-            (option, getattr(self, option), owners)
-            for option, owners in self.COMMON_READERS.items()
-            if getattr(self, option) != getattr(default, option) and self.name not in owners
+        out: list[tuple[str, Any, tuple[str, ...]]] = [
+            (option, getattr(self, option), ("all but " + ", ".join(ignored),))
+            for option, ignored in self.NOT_READ_BY.items()
+            if getattr(self, option) != getattr(default, option) and self.name in ignored
         ]
         for section, options in self.sections().items():
             for option, value in options.changed().items():
@@ -513,7 +511,7 @@ class _PartOptions:
         out = [
             f.name
             for f in dataclasses.fields(self)  # type: ignore[arg-type]
-            if f.name not in self.sections() and self.name in self.COMMON_READERS.get(f.name, (self.name,))
+            if f.name not in self.sections() and self.name not in self.NOT_READ_BY.get(f.name, ())
         ]
         for section, options in self.sections().items():
             out += [f"{section}.{f.name}" for f in dataclasses.fields(options) if self._reads(section, f.name)]
@@ -554,7 +552,6 @@ class SamplerConfig(_PartOptions):
 
     def validate(self, path: str) -> None:
         """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
-        _choice(path, "name", self.name, SAMPLERS)
         _num(path, "clients_per_round", self.clients_per_round, ge=1)
         _num(path, "min_clients", self.min_clients, ge=1)
         if self.clients_per_round is not None and self.min_clients > self.clients_per_round:
@@ -607,9 +604,9 @@ class AggregatorConfig(_PartOptions):
     trimmed_mean: TrimmedMeanOptions = field(default_factory=TrimmedMeanOptions)
     krum: KrumOptions = field(default_factory=KrumOptions)
 
-    COMMON_READERS: ClassVar[dict[str, tuple[str, ...]]] = {
+    NOT_READ_BY: ClassVar[dict[str, tuple[str, ...]]] = {
         # median, trimmed-mean, krum and bulyan weigh every reply alike
-        "weighted": tuple(a for a in AGGREGATORS if a not in ("median", "trimmed-mean", "krum", "bulyan")),
+        "weighted": ("median", "trimmed-mean", "krum", "bulyan"),
     }
 
     def section_read(self, section: str) -> bool:
@@ -625,7 +622,6 @@ class AggregatorConfig(_PartOptions):
 
     def validate(self, path: str) -> None:
         """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
-        _choice(path, "name", self.name, AGGREGATORS)
         _num(path, "server_lr", self.server_lr, gt=0)
         _choice(path, "on_model_switch", self.on_model_switch, ("keep", "reset"))
         _num(path, "clip_norm", self.clip_norm, gt=0, optional=True)
@@ -648,7 +644,6 @@ class InitializerConfig(_PartOptions):
 
     def validate(self, path: str) -> None:
         """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
-        _choice(path, "name", self.name, INITIALIZERS)
         self.validate_sections(path)
 
 
@@ -683,7 +678,6 @@ class LocalRuleConfig(_PartOptions):
 
     def validate(self, path: str) -> None:
         """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
-        _choice(path, "name", self.name, LOCAL_RULES)
         self.validate_sections(path)
 
 

@@ -7,7 +7,7 @@ METRICS = "metrics"
 
 # ConfigRecord keys (server -> client)
 SERVER_ROUND = "server-round"
-TASK = "task"  # JSON of the dataset / partition / model / training spec
+TASK = "task"  # fedflex.taskspec.TaskSpec as JSON: dataset / partition / model / num_clients / seed / device
 SEED = "seed"
 WANT_LOSS = "want-loss"  # query: evaluate the sent model on the local data
 # typed options objects (fedflex.records: "<prefix>.<field-name>" entries)

@@ -1,9 +1,13 @@
 """Build a :class:`~strategies.strategy.FedFlex` strategy from a scenario's config.
 
-The registries map the names of ``fedflex.config`` (``strategy.sampler.name`` and so on)
-to part constructors; a method is a choice of one name per part. :func:`check_parts`
-refuses, at config load, names this version does not provide and combinations that
-cannot work together.
+The registries :data:`SAMPLERS`, :data:`AGGREGATORS`, :data:`INITIALIZERS` and
+:data:`SERVER_RULES` are the one place that names the server's parts: each maps the
+value of ``strategy.<part>.name`` to the part's constructor (the core config lists no
+names). A method is a choice of one name per part; a new part is its module plus one
+line here (a local rule's client half has its line in ``clients/rules.py``
+``LOCAL_RULES``). :func:`check_parts`, which the composition root runs right after
+loading a scenario, refuses names no registry has (listing those it has) and
+combinations that cannot work together.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Callable, Mapping, Optional, cast
 from flwr.common import log
 
 from fedflex.churn import Availability, SessionTracker
-from fedflex.config import ROBUST_AGGREGATORS, ConfigError, ScenarioConfig
+from fedflex.config import ConfigError, ScenarioConfig
 from fedflex.options import AWARE_BASES
 from fedflex.strategies.baseline import ExploreFirstSampler, FedAvgAggregator, PreviousInitializer, UniformSampler
 from fedflex.strategies.bherd import BHerdAggregator
@@ -145,6 +149,11 @@ INITIALIZERS: dict[str, Callable[[ScenarioConfig, ModelInfo], Initializer]] = {
         seed=seed(cfg, "session-aware"),
     ),
 }
+
+
+#: the Byzantine-robust aggregators (Flower's FedMedian, FedTrimmedAvg, Krum, MultiKrum,
+#: Bulyan): they take only the local rules in :data:`ROBUST_RULES`
+ROBUST_AGGREGATORS = ("median", "trimmed-mean", "krum", "multikrum", "bulyan")
 
 
 def _aggregator(cfg: ScenarioConfig, model: ModelInfo) -> Aggregator:
@@ -296,7 +305,8 @@ def _check_robust(cfg: ScenarioConfig) -> None:
 
 
 def check_parts(cfg: ScenarioConfig) -> None:
-    """Refuse names this version lacks and combinations that cannot work.
+    """Refuse names no registry has and combinations that cannot work (the composition
+    root calls this right after loading a scenario; :func:`build_parts` calls it again).
 
     Raises
     ------
@@ -311,7 +321,7 @@ def check_parts(cfg: ScenarioConfig) -> None:
         ("strategy.local_rule.name", s.local_rule.name, SERVER_RULES),
     ):
         if name not in registry:
-            raise ConfigError(key, name, "not available in this version; available: " + ", ".join(registry))
+            raise ConfigError(key, name, "must be one of " + ", ".join(registry))
     if s.aggregator.aware.enabled and s.aggregator.name not in AWARE_BASES:
         raise ConfigError(
             "strategy.aggregator.aware.enabled",

@@ -69,37 +69,25 @@ from fedflex.results import (  # noqa: F401 - the checkpoint pair, also importab
 )
 from fedflex.rundir import RunDirError, RunDirLock
 from fedflex.runinfo import provenance, run_log
-from fedflex.strategies.build import build_strategy
+from fedflex.strategies.build import build_strategy, check_parts
 from fedflex.strategies.nodes import simulated_node_count
 from fedflex.strategies.parts import ModelInfo
 from fedflex.strategies.strategy import RunFailedError
+from fedflex.taskspec import TaskSpec
 from fedflex.tracking import open_trackers
 
 logger = logging.getLogger(__name__)
 
 
-def task_json(cfg: ScenarioConfig) -> str:
-    """Return what a client needs to rebuild the task (data, partition, model), as stable JSON."""
-    spec = {
-        "dataset": asdict(cfg.dataset),
-        "partition": asdict(cfg.partition),
-        "model": asdict(cfg.model),
-        "num_clients": cfg.num_clients,
-        "seed": cfg.seed,
-        "device": cfg.client.device,
-        "num_threads": cfg.client.num_threads,
-    }
-    return json.dumps(spec, sort_keys=True)
-
-
 def train_config(cfg: ScenarioConfig) -> ConfigRecord:
-    """Return the ConfigRecord every train message carries: the task, the seed and the local
-    training settings (``client.*``, :func:`fedflex.records.to_record`); the local rule's
-    server half adds the rule's own options each round.
+    """Return the ConfigRecord every train message carries: the task spec
+    (:class:`fedflex.taskspec.TaskSpec`), the seed and the local training settings
+    (``client.*``, :func:`fedflex.records.to_record`); the local rule's server half adds the
+    rule's own options each round.
     """
     return ConfigRecord(
         {
-            keys.TASK: task_json(cfg),
+            **TaskSpec.of(cfg).to_record(),
             keys.SEED: cfg.seed,
             **to_record(cfg.client, keys.CLIENT, only=cfg.client.training_fields()),
         }
@@ -435,14 +423,15 @@ def _sets_checkpoint_every(scenario: str, overrides: list[str]) -> bool:
 
 
 def flwr_run_scenario(run_config: Any) -> ScenarioConfig:
-    """Return the scenario of a ``flwr run`` (``scenario`` + ``overrides``), checkpointing after
-    every round unless the scenario or the overrides say otherwise.
+    """Return the scenario of a ``flwr run`` (``scenario`` + ``overrides``, its parts checked),
+    checkpointing after every round unless the scenario or the overrides say otherwise.
     """
     import dataclasses
 
     scenario = str(run_config.get("scenario", "scenarios/quickstart.yaml"))
     overrides = shlex.split(str(run_config.get("overrides", "")))
     cfg = load_scenario(scenario, overrides)
+    check_parts(cfg)  # the part names and combinations, before the data are loaded
     if not _sets_checkpoint_every(scenario, overrides):
         output = dataclasses.replace(cfg.output, checkpoint_every=DEPLOYMENT_CHECKPOINT_EVERY)
         cfg = dataclasses.replace(cfg, output=output)

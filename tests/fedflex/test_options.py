@@ -12,14 +12,15 @@ from fedflex import config
 from fedflex.checks import ConfigError
 from fedflex.loader import load_scenario, warn_unused
 from fedflex.options import ALIASES, HiCSOptions, MethodOptions
+from fedflex.strategies import build  # its registries name the parts
 
 
 def _sections():
     for part_cls, names in (
-        (config.SamplerConfig, config.SAMPLERS),
-        (config.AggregatorConfig, config.AGGREGATORS),
-        (config.InitializerConfig, config.INITIALIZERS),
-        (config.LocalRuleConfig, config.LOCAL_RULES),
+        (config.SamplerConfig, build.SAMPLERS),
+        (config.AggregatorConfig, build.AGGREGATORS),
+        (config.InitializerConfig, build.INITIALIZERS),
+        (config.LocalRuleConfig, build.SERVER_RULES),
     ):
         for options in part_cls().sections().values():
             yield part_cls, names, options

@@ -7,7 +7,7 @@ part values that any allowed combination contains runs together at least once
 (``pairwise`` below, greedy and deterministic; its coverage is a test). The ``slow``
 tests run the full product for real.
 
-The Byzantine-robust aggregators (fedflex.config.ROBUST_AGGREGATORS) share one code path
+The Byzantine-robust aggregators (strategies.build.ROBUST_AGGREGATORS) share one code path
 (strategies/robust.py): in the slow run each runs with every initializer and local rule
 (or is refused), and every sampler runs with one of them, instead of the full product."""
 
@@ -20,20 +20,18 @@ import pytest
 
 import fedflex.clients.runtime as runtime
 from fedflex.clients.client_app import app as client_app
-from fedflex.config import (
-    AGGREGATORS,
-    INITIALIZERS,
-    LOCAL_RULES,
-    PLAIN_AGGREGATORS,
-    ROBUST_AGGREGATORS,
-    SAMPLERS,
-    ConfigError,
-)
+from fedflex.config import ConfigError
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.launch.server import run_server
 from fedflex.loader import load_scenario
 from fedflex.results import read_metrics
-from fedflex.strategies.build import ROBUST_RULES, check_parts
+from fedflex.strategies import build
+from fedflex.strategies.build import ROBUST_AGGREGATORS, ROBUST_RULES, check_parts
+
+# the part names: the registries' (the one place that names the parts)
+SAMPLERS, AGGREGATORS, INITIALIZERS = tuple(build.SAMPLERS), tuple(build.AGGREGATORS), tuple(build.INITIALIZERS)
+LOCAL_RULES = tuple(build.SERVER_RULES)
+PLAIN_AGGREGATORS = tuple(a for a in AGGREGATORS if a not in ROBUST_AGGREGATORS)
 
 # 2 rounds, a new session each round: round 2 is a session start after the pilot
 # session, so session-aware runs its gradient round there

@@ -131,6 +131,9 @@ def deploy_local(args: argparse.Namespace) -> int:
     else:
         try:
             cfg = load_scenario(args.scenario, args.overrides)
+            from fedflex.strategies.build import check_parts  # the launcher wires both sides
+
+            check_parts(cfg)  # the part names and combinations, before any process starts
         except ConfigError as exc:
             return _fail(f"config error: {exc}")
     nodes = args.nodes if args.nodes is not None else cfg.num_clients
