@@ -4,10 +4,12 @@
 # Compare two trees' snapshots with scripts/snapshot_compare.py OLD NEW.
 #   bash scripts/snapshot_runs.sh /tmp/old-checkout /tmp/snap_old
 #   bash scripts/snapshot_runs.sh "$PWD" /tmp/snap_new
+# SNAPSHOT_OVERRIDES adds overrides to every run of one tree, e.g. simulation.vectorize=off
+# for a tree whose default trains in cohorts (bit-level differences from one at a time).
 set -uo pipefail
 tree=$(cd "$1" && pwd); out=$2; mkdir -p "$out"
 py="${FEDFLEX_VENV:-$HOME/.venvs/fedflex}/bin/python"
-common=(rounds=3 simulation.backend=local output.plots=false output.progress=off)
+common=(rounds=3 simulation.backend=local output.plots=false output.progress=off ${SNAPSHOT_OVERRIDES:-})
 run() {
   local name=$1; shift
   (cd "$tree" && FEDFLEX_CACHE="${FEDFLEX_CACHE:-/tmp/fedflex-snapshot-cache}" PYTHONPATH="$tree" \
