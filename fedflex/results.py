@@ -20,6 +20,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
+from fedflex.atomic import atomic_write
 from fedflex.statefile import StateFileError, read_state, write_state
 
 logger = logging.getLogger(__name__)
@@ -51,23 +52,9 @@ def _clean(value: Any) -> Any:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` into ``path`` through a temporary file and ``os.replace``: ``path`` is
-    whole or absent (an earlier version stays) even when the disk fills up; the
-    temporary file is removed on failure.
-    """
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
+    """Write ``data`` into ``path`` whole or not at all (:func:`fedflex.atomic.atomic_write`)."""
+    with atomic_write(path) as fh:
+        fh.write(data)
 
 
 def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from fedflex.atomic import atomic_write
 
 STATE_ENTRY = "state.json"
 _TAGS = ("__ndarray__", "__scalar__", "__tuple__", "__odict__", "__items__", "__float__")
@@ -112,20 +113,8 @@ def write_state(path: Path, obj: Any) -> None:
     """
     data, arrays = encode(obj)
     text = json.dumps(data, allow_nan=False)
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # not mkstemp: the usual permissions
-    try:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **{STATE_ENTRY: np.frombuffer(text.encode("utf-8"), dtype=np.uint8)}, **arrays)  # type: ignore[arg-type]
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_write(path) as fh:
+        np.savez(fh, **{STATE_ENTRY: np.frombuffer(text.encode("utf-8"), dtype=np.uint8)}, **arrays)  # type: ignore[arg-type]
 
 
 def read_state(path: Path) -> Any:

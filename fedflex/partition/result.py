@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from fedflex.atomic import atomic_write
 
 #: Bump when an algorithm below changes its output, so that stale cache files are ignored.
 PARTITION_FORMAT_VERSION = 1
@@ -74,7 +75,7 @@ class Partition:
 
     # ------------------------------------------------------------------ disk
     def to_npz(self, path: str | os.PathLike[str]) -> None:
-        """Write to ``path`` (an ``.npz``) atomically: a temporary file, then ``os.replace``.
+        """Write to ``path`` (an ``.npz``) atomically (:func:`fedflex.atomic.atomic_write`).
 
         Stores the concatenated indices, the client offsets into them and the counts.
         """
@@ -83,23 +84,14 @@ class Partition:
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         flat = np.concatenate(self.indices) if self.indices else np.zeros(0, dtype=np.int64)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(
-                    fh,
-                    version=np.array(PARTITION_FORMAT_VERSION, dtype=np.int64),
-                    flat=flat.astype(np.int64, copy=False),
-                    offsets=offsets,
-                    label_counts=self.label_counts,
-                )
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        with atomic_write(path) as fh:
+            np.savez(
+                fh,
+                version=np.array(PARTITION_FORMAT_VERSION, dtype=np.int64),
+                flat=flat.astype(np.int64, copy=False),
+                offsets=offsets,
+                label_counts=self.label_counts,
+            )
 
     @classmethod
     def from_npz(cls, path: str | os.PathLike[str]) -> "Partition":

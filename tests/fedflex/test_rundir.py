@@ -3,7 +3,7 @@ the run's lifetime), and a full disk (every file whole or absent, one line, exit
 ``--resume`` finishes the run).
 
 A full disk is simulated: :class:`FullDisk` makes the writes of fedflex.results and
-fedflex.statefile (config.yaml, metrics rows, checkpoint, model, summary.json) fail with
+fedflex.atomic (config.yaml, metrics rows, checkpoint, model, summary.json) fail with
 ``ENOSPC`` from a chosen file on, after writing part of what they were given, as a
 real full disk does.
 """
@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import fedflex.atomic
 import fedflex.results
-import fedflex.statefile
 from fedflex.launch.cli import main
 from fedflex.results import RunRecorder, read_metrics
 from fedflex.rundir import LOCK_FILE, RunDirError, RunDirLock
@@ -101,8 +101,7 @@ class FullDisk:
                 os.write(fd, bytes(data)[: len(data) // 2])
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-        monkeypatch.setattr(fedflex.results, "open", fake_open, raising=False)
-        monkeypatch.setattr(fedflex.statefile, "open", fake_open, raising=False)
+        monkeypatch.setattr(fedflex.atomic, "open", fake_open, raising=False)  # whole files
         monkeypatch.setattr(fedflex.results, "os", Os())
 
     def free(self) -> None:
