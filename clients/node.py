@@ -8,12 +8,14 @@ messages and build replies the same way.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from typing import Any, Callable, Mapping, Optional, cast
 
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 
 from fedflex import keys
+from fedflex.arrays import array_to_numpy, numpy_to_record
 from fedflex.clients.rules import LOCAL_RULES, RuleInput, RuleOutput
 from fedflex.clients.runtime import Task, get_task
 from fedflex.clients.train import TrainSettings, drawn_settings
@@ -86,15 +88,17 @@ def rule_options(config: Mapping[str, Any]) -> LocalRuleConfig:
 
 def load_global(task: Task, msg: Message) -> None:
     """Load the message's global model into the task's model."""
-    state = cast(ArrayRecord, msg.content[keys.ARRAYS]).to_torch_state_dict()
-    task.model.load_state_dict(state, strict=True)
+    task.model.load_state_dict(_tensors(cast(ArrayRecord, msg.content[keys.ARRAYS])), strict=True)
+
+
+def _tensors(record: ArrayRecord) -> "OrderedDict[str, torch.Tensor]":
+    """``record.to_torch_state_dict()``, read through :func:`fedflex.arrays.array_to_numpy`."""
+    return OrderedDict((k, torch.from_numpy(array_to_numpy(a))) for k, a in record.items())
 
 
 def payload_of(msg: Message) -> dict:
     """Return the server's further array records (e.g. SCAFFOLD's c) as tensors."""
-    return {
-        name: record.to_torch_state_dict() for name, record in msg.content.array_records.items() if name != keys.ARRAYS
-    }
+    return {name: _tensors(record) for name, record in msg.content.array_records.items() if name != keys.ARRAYS}
 
 
 def rule_input(msg: Message, context: Context, task: Task, payload: Optional[dict] = None) -> RuleInput:
@@ -144,10 +148,15 @@ def reply_records(model: torch.nn.Module, out: RuleOutput) -> RecordDict:
     state) and the rule's further records (``out.extras``), on the CPU.
     """
     arrays = out.arrays if out.arrays is not None else model.state_dict()
-    content = RecordDict({keys.ARRAYS: ArrayRecord({k: v.detach().cpu() for k, v in arrays.items()})})
+    content = RecordDict({keys.ARRAYS: _record(arrays)})
     for name, tensors in out.extras.items():
-        content[name] = ArrayRecord({k: v.detach().cpu() for k, v in tensors.items()})
+        content[name] = _record(tensors)
     return content
+
+
+def _record(tensors: Mapping[str, torch.Tensor]) -> ArrayRecord:
+    """``ArrayRecord(tensors)`` (the same bytes), written through :func:`fedflex.arrays.numpy_to_record`."""
+    return numpy_to_record({k: v.detach().cpu().numpy() for k, v in tensors.items()})
 
 
 def build_reply(msg: Message, pid: int, task: Task, out: RuleOutput, drawn: Optional[dict] = None) -> Message:

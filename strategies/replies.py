@@ -29,6 +29,7 @@ import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
 from fedflex import keys
+from fedflex.arrays import array_to_numpy
 from fedflex.strategies.parts import ClientUpdate
 
 NONFINITE = "has NaN or Inf values"  # the reason's ending for non-finite values (divergence detection)
@@ -161,7 +162,7 @@ def _decode(
     for key, array in record.items():
         want = ref[key]
         try:  # the header says shape and dtype; the decoded array must agree with it
-            a = array.numpy()
+            a = array_to_numpy(array)
         except Exception as exc:  # malformed bytes raise many types
             return None, f"{where}{key} cannot be decoded ({type(exc).__name__})"
         if a.shape != want.shape or tuple(array.shape) != want.shape:
