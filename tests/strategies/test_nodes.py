@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 from flwr.app import ConfigRecord, Message, RecordDict
 
 from fedflex import keys
@@ -168,8 +169,13 @@ def _query_messages(grid):
     return [m for m in grid.sent if m.metadata.message_type == "query"]
 
 
-def test_simulated_nodes_are_identified_from_registration_order_with_few_queries():
-    grid = InMemoryGrid(client_app, 100)
+@pytest.mark.parametrize(
+    "grid_class",
+    [InMemoryGrid, LocalGrid],
+    ids=["simulation-registration-order", "in-process-grid-says-its-partition-ids"],
+)
+def test_nodes_are_identified_with_few_queries(grid_class):
+    grid = grid_class(client_app, 100)
     directory = NodeDirectory(100)
     directory.refresh(grid)
     assert len(_query_messages(grid)) == NodeDirectory.SIMULATION_PROBES
@@ -184,15 +190,6 @@ def test_out_of_order_simulated_nodes_are_all_asked():
     for node, ctx in grid.contexts.items():
         assert directory.client_of(node) == ctx.node_config["partition-id"]
     assert len(_query_messages(grid)) > NodeDirectory.SIMULATION_PROBES
-
-
-def test_the_in_process_grid_says_its_partition_ids_and_few_nodes_are_asked():
-    grid = LocalGrid(client_app, 100)
-    directory = NodeDirectory(100)
-    directory.refresh(grid)
-    assert len(_query_messages(grid)) == NodeDirectory.SIMULATION_PROBES
-    for node, ctx in grid.contexts.items():
-        assert directory.client_of(node) == ctx.node_config["partition-id"]
 
 
 def test_in_process_nodes_that_say_other_ids_are_all_asked():
