@@ -48,6 +48,8 @@ def main() -> None:
     mcfg = ModelConfig(name=args.model, **({"norm": args.norm} if args.norm else {}))
     torch.manual_seed(0)
     model = build_model(mcfg, (1, 28, 28), 10)
+    start = copy.deepcopy(model.state_dict())
+    worker = copy.deepcopy(model)  # the model a worker trains its clients in, one after another
     settings = TrainSettings(steps=args.steps, batch_size=args.batch, lr=0.01, momentum=0.9)
     print(
         f"{args.model} {args.norm or ''}; {args.steps} steps of batch {args.batch}; threads {torch.get_num_threads()}"
@@ -70,8 +72,9 @@ def main() -> None:
         def run(name: str, k: int = k, data: ArrayDataset = data, chunk: int = chunk) -> float:
             t0 = time.perf_counter()
             if name == "off":
-                for c in _clients(0, k, args.examples):
-                    local_train(copy.deepcopy(model), data, c.indices, settings, c.generator, CPU, c.terms)
+                for c in _clients(0, k, args.examples):  # as the ClientApp: the global state into one model
+                    worker.load_state_dict(start)
+                    local_train(worker, data, c.indices, settings, c.generator, CPU, c.terms)
             else:
                 for lo in range(0, k, chunk):
                     train_cohort(model, data, _clients(lo, min(k, lo + chunk), args.examples), settings, CPU)
