@@ -61,6 +61,11 @@ def ray_workers(cfg: ScenarioConfig, cpus: Optional[float] = None, gpus: Optiona
     return max(1, workers)
 
 
+#: :func:`decide_cohorts` builds a model of at most these parameter bytes on the CPU for the
+#: rule's one-example forward (milliseconds for FMNIST's models), a larger one on the meta device
+REAL_RULE_MODEL_BYTES = 64 * 2**20
+
+
 def decide_cohorts(cfg: ScenarioConfig, data) -> str:
     """``simulation.vectorize=rule``: decide once, before round 1, whether this run trains
     in cohorts (:func:`clients.cohort.vectorize_rule`: the model, the device, the clients
@@ -85,10 +90,16 @@ def decide_cohorts(cfg: ScenarioConfig, data) -> str:
 
     example = data.train.inputs(torch.zeros(1, dtype=torch.long))
     with torch.random.fork_rng(devices=[]):  # the run's own random stream is not touched
-        try:  # shapes only: no memory, no arithmetic
+        try:  # shapes first: built on the meta device, no memory, no arithmetic
             with torch.device("meta"):
                 model = build_model(cfg.model, data.train.input_shape, data.train.num_classes)
-            example = example.to("meta")
+            if sum(p.numel() * p.element_size() for p in model.parameters()) <= REAL_RULE_MODEL_BYTES:
+                # a small model is built for real and its one-example forward runs on the CPU:
+                # a first forward on the meta device imports torch's meta kernels, 1.7 s of a
+                # 10,000-client run whose rounds take 0.3 s (issue 32)
+                model = build_model(cfg.model, data.train.input_shape, data.train.num_classes)
+            else:
+                example = example.to("meta")
         except Exception:  # a model that cannot be built on the meta device
             model = build_model(cfg.model, data.train.input_shape, data.train.num_classes)
     try:

@@ -145,3 +145,24 @@ def test_a_resumed_run_trains_as_recorded_even_where_the_rule_would_now_decide_o
     with np.load(tmp_path / "full" / "model.npz") as a, np.load(out / "model.npz") as b:
         assert sorted(a.files) == sorted(b.files)
         assert all(np.array_equal(a[k], b[k]) for k in a.files)
+
+
+# ---------------------------------------------------------------------------- the decision
+@pytest.mark.parametrize("real_bytes", [64 * 2**20, 0])  # small models built on the CPU; all on meta
+def test_the_decision_reads_the_same_shapes_on_either_path_and_leaves_the_runs_random_stream(monkeypatch, real_bytes):
+    import fedflex.launch.runner as runner
+    from fedflex.data import load_dataset
+
+    monkeypatch.setattr(runner, "REAL_RULE_MODEL_BYTES", real_bytes)
+    # quickstart: logreg, 5 clients a round; cnn-fmnist at 100 of 1,000: 100 x 32 x 103.1 KiB > 64 MiB
+    expected = {QUICKSTART: "on", ROOT / "scenarios" / "bench_fmnist.yaml": "off"}
+    for path, choice in expected.items():
+        ov = ["num_clients=1000", "strategy.sampler.clients_per_round=100"] if "bench" in path.name else []
+        cfg = load_scenario(path, ov)
+        data = load_dataset(cfg.dataset, cfg.num_clients, cfg.seed)
+        torch.manual_seed(123)
+        before = torch.rand(3)
+        torch.manual_seed(123)
+        assert runner.decide_cohorts(cfg, data) == choice
+        assert cfg.simulation.vectorize_choice == choice
+        assert torch.equal(torch.rand(3), before)  # building the model drew nothing from the run's stream
