@@ -236,8 +236,6 @@ def run(
 def _run(
     cfg: ScenarioConfig, out_dir: Optional[Path], verbose: bool, resume: Optional[dict], recorder: Optional[Any]
 ) -> None:
-    from flwr.simulation import run_simulation
-
     from fedflex.clients.client_app import app as client_app
     from fedflex.launch.server import make_server_app
 
@@ -255,6 +253,9 @@ def _run(
         grid = LocalGrid(client_app, cfg.num_clients, seed=cfg.seed, train_batch=cohorts)
         run_server(grid, cfg, out_dir, data, resume=resume, recorder=recorder)
         return
+    # Ray's backend only: flwr.simulation imports Ray (1.6 s that the in-process backend skips)
+    from flwr.simulation import run_simulation
+
     cpus = gpus = None
     if cfg.simulation.ray_address:
         cpus, gpus = attach_ray(cfg.simulation.ray_address)
