@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import numpy as np
-from scipy.cluster.hierarchy import fcluster, linkage
 
 #: ``dist_fn(rows, cols)`` -> distances between items
 DistanceFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -104,6 +103,8 @@ def ward_tree(
 
 
 def _linkage(dist_fn: DistanceFn, n: int, rows_as_features: bool) -> np.ndarray:
+    from scipy.cluster.hierarchy import linkage  # here: its import is 0.3 s of every run's start-up
+
     if rows_as_features:
         everyone = np.arange(n)
         return linkage(dist_fn(everyone, everyone), "ward")
@@ -130,6 +131,8 @@ def ward_labels(
         return np.arange(n)
     if num_clusters <= 1:
         return np.zeros(n, dtype=np.int64)
+    from scipy.cluster.hierarchy import fcluster
+
     z, leaf = ward_tree(dist_fn, n, ward=ward, max_exact=max_exact, rng=rng, rows_as_features=rows_as_features)
     labels = fcluster(z, t=num_clusters, criterion="maxclust")[leaf]
     return np.unique(labels, return_inverse=True)[1].astype(np.int64)
