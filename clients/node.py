@@ -87,8 +87,25 @@ def rule_options(config: Mapping[str, Any]) -> LocalRuleConfig:
 
 
 def load_global(task: Task, msg: Message) -> None:
-    """Load the message's global model into the task's model."""
-    task.model.load_state_dict(_tensors(cast(ArrayRecord, msg.content[keys.ARRAYS])), strict=True)
+    """Load the message's global model into the task's model.
+
+    The tensors of the last record loaded are kept with the task: on the in-process grid a
+    round's train messages share one content, so its hundred clients decode the model once.
+    A record is the same one when it holds the same Array objects with the same data objects
+    (an Array given new data is decoded again); ``load_state_dict`` copies, so the kept
+    tensors are never written.
+    """
+    record = cast(ArrayRecord, msg.content[keys.ARRAYS])
+    held = [(name, array, array.data) for name, array in record.items()]
+    last = task.__dict__.get("_last_global")
+    if last is not None and len(last[0]) == len(held) and all(
+        n == m and a is b and d is e for (n, a, d), (m, b, e) in zip(held, last[0])
+    ):
+        tensors = last[1]
+    else:
+        tensors = _tensors(record)
+        task.__dict__["_last_global"] = (held, tensors)
+    task.model.load_state_dict(tensors, strict=True)
 
 
 def _tensors(record: ArrayRecord) -> "OrderedDict[str, torch.Tensor]":

@@ -14,6 +14,7 @@ moves 100 models each way, and the per-array header work was most of a message's
 from __future__ import annotations
 
 import io
+import math
 from collections import OrderedDict
 from typing import Mapping
 
@@ -22,6 +23,8 @@ from flwr.app import Array, ArrayRecord
 
 NPY = "numpy.ndarray"  # Flower's SType.NUMPY: the Array's data is an .npy file
 _HEADERS: dict[tuple[str, tuple[int, ...]], bytes] = {}
+_DTYPES: dict[str, np.dtype] = {}  # an Array's dtype string -> its numpy dtype
+_NAMES: dict[np.dtype, str] = {}  # a numpy dtype -> str(dtype), what Array(ndarray) writes
 
 
 def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
@@ -44,7 +47,10 @@ def numpy_to_array(value: np.ndarray) -> Array:
     if a.dtype.hasobject or a.dtype.fields is not None:  # what the cached header cannot describe
         return Array(a)
     shape = tuple(int(n) for n in a.shape)
-    return Array(dtype=str(a.dtype), shape=shape, stype=NPY, data=_npy_header(a.dtype, shape) + a.tobytes())
+    name = _NAMES.get(a.dtype)
+    if name is None:
+        name = _NAMES[a.dtype] = str(a.dtype)
+    return Array(dtype=name, shape=shape, stype=NPY, data=_npy_header(a.dtype, shape) + a.tobytes())
 
 
 def array_to_numpy(array: Array) -> np.ndarray:
@@ -53,14 +59,17 @@ def array_to_numpy(array: Array) -> np.ndarray:
     one, another writer's) is read by ``array.numpy()``.
     """
     if array.stype == NPY:
-        try:
-            dtype = np.dtype(array.dtype)
-        except TypeError:
-            return array.numpy()
+        dtype = _DTYPES.get(array.dtype)
+        if dtype is None:
+            try:
+                dtype = np.dtype(array.dtype)
+            except TypeError:
+                return array.numpy()
+            _DTYPES[array.dtype] = dtype
         shape = tuple(array.shape)
         header = _npy_header(dtype, shape)
         data = array.data
-        if not dtype.hasobject and len(data) == len(header) + dtype.itemsize * int(np.prod(shape)):
+        if not dtype.hasobject and len(data) == len(header) + dtype.itemsize * math.prod(shape):
             if data.startswith(header):
                 return np.frombuffer(data, dtype=dtype, offset=len(header)).reshape(shape).copy()
     return array.numpy()
@@ -73,8 +82,13 @@ def record_to_numpy(record: ArrayRecord) -> "OrderedDict[str, np.ndarray]":
 
 def numpy_to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
     """Return a record holding ``arrays`` under their names (order kept)."""
-    # np.ascontiguousarray would turn 0-d arrays (BatchNorm counters) into 1-d ones
-    return ArrayRecord(OrderedDict((key, numpy_to_array(value)) for key, value in arrays.items()))
+    # filled in place: ArrayRecord(dict of Arrays) would build every Array a second time
+    # (its from_array_dict copies each one); np.ascontiguousarray would turn 0-d arrays
+    # (BatchNorm counters) into 1-d ones, numpy_to_array keeps them 0-d
+    record = ArrayRecord()
+    for key, value in arrays.items():
+        record[key] = numpy_to_array(value)
+    return record
 
 
 def is_float(array: np.ndarray) -> bool:

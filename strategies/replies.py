@@ -145,6 +145,17 @@ def reply_bytes(content: RecordDict) -> int:
     return total
 
 
+_NAMES: dict[np.dtype, str] = {}
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """``str(dtype)`` (what an Array of that dtype says), remembered per dtype."""
+    name = _NAMES.get(dtype)
+    if name is None:
+        name = _NAMES[dtype] = str(dtype)
+    return name
+
+
 def _decode(
     record: ArrayRecord, ref: Mapping[str, np.ndarray], name: str, whole: bool
 ) -> tuple[Optional["OrderedDict[str, np.ndarray]"], str]:
@@ -167,11 +178,12 @@ def _decode(
             return None, f"{where}{key} cannot be decoded ({type(exc).__name__})"
         if a.shape != want.shape or tuple(array.shape) != want.shape:
             return None, f"{where}{key} has shape {a.shape}, expected {want.shape}"
-        if whole and (a.dtype != want.dtype or array.dtype != str(want.dtype)):
+        # dtype.kind "f": the real floats (np.floating), checked without numpy's type hierarchy
+        if whole and (a.dtype != want.dtype or array.dtype != _dtype_name(want.dtype)):
             return None, f"{where}{key} has dtype {a.dtype}, expected {want.dtype}"
-        if not whole and not (np.issubdtype(a.dtype, np.floating) and np.issubdtype(want.dtype, np.floating)):
+        if not whole and not (a.dtype.kind == "f" and want.dtype.kind == "f"):
             return None, f"{where}{key} has dtype {a.dtype}, expected real floats like the model's {want.dtype}"
-        if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
             return None, f"{where}{key} {NONFINITE}"
         out[key] = a
     return out, ""

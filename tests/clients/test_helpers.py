@@ -307,3 +307,33 @@ def test_fednova_mod_adds_what_the_helper_sends():
     assert reply.content[keys.METRICS][keys.FEDNOVA_TAU] == 8
     for k, d in _tensors(reply.content, keys.FEDNOVA_D).items():
         torch.testing.assert_close(d, _tensors(expected, keys.FEDNOVA_D)[k], atol=1e-7, rtol=0)
+
+
+def test_the_global_model_is_decoded_once_per_content_and_again_when_an_array_changes(monkeypatch):
+    """On the in-process grid a round's messages share one content: load_global decodes it
+    once; an Array given new data (or a new record) is decoded again, so no client trains
+    from a stale model."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from fedflex.arrays import numpy_to_array, numpy_to_record
+    from fedflex.clients import node
+
+    decoded = []
+    real = node._tensors
+    monkeypatch.setattr(node, "_tensors", lambda record: decoded.append(1) or real(record))
+    model = torch.nn.Linear(2, 1)
+    task = SimpleNamespace(model=model)
+    w = {"weight": np.ones((1, 2), np.float32), "bias": np.zeros(1, np.float32)}
+    record = numpy_to_record(w)
+    content = RecordDict({keys.ARRAYS: record})
+    for _ in range(3):  # three clients of one round
+        node.load_global(task, Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN))
+    assert len(decoded) == 1 and torch.equal(model.weight, torch.ones(1, 2))
+    record["weight"] = numpy_to_array(np.full((1, 2), 5, np.float32))  # a new Array under the same name
+    node.load_global(task, Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN))
+    assert len(decoded) == 2 and torch.equal(model.weight, torch.full((1, 2), 5.0))
+    record["weight"].data = numpy_to_array(np.full((1, 2), 7, np.float32)).data  # new bytes in the same Array
+    node.load_global(task, Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN))
+    assert len(decoded) == 3 and torch.equal(model.weight, torch.full((1, 2), 7.0))

@@ -65,3 +65,11 @@ def test_records_round_trip_in_order():
     arrays = {"b": CASES["conv weight"], "a": CASES["0-d counter"]}
     back = record_to_numpy(numpy_to_record(arrays))
     assert list(back) == ["b", "a"] and all(np.array_equal(back[k], arrays[k]) for k in arrays)
+
+
+def test_a_record_is_flowers_array_by_array():
+    arrays = {k.replace(" ", "_"): v for k, v in CASES.items()}
+    ours = numpy_to_record(arrays)
+    flowers = {k: Array(v) for k, v in arrays.items()}
+    assert list(ours) == list(flowers)
+    assert all((ours[k].dtype, ours[k].shape, ours[k].data) == (a.dtype, a.shape, a.data) for k, a in flowers.items())
