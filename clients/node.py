@@ -98,8 +98,10 @@ def load_global(task: Task, msg: Message) -> None:
     record = cast(ArrayRecord, msg.content[keys.ARRAYS])
     held = [(name, array, array.data) for name, array in record.items()]
     last = task.__dict__.get("_last_global")
-    if last is not None and len(last[0]) == len(held) and all(
-        n == m and a is b and d is e for (n, a, d), (m, b, e) in zip(held, last[0])
+    if (
+        last is not None
+        and len(last[0]) == len(held)
+        and all(n == m and a is b and d is e for (n, a, d), (m, b, e) in zip(held, last[0]))
     ):
         tensors = last[1]
     else:

@@ -18,9 +18,9 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 import fedflex.clients.runtime as runtime
 from fedflex import keys
 from fedflex.clients.client_app import app as client_app
-from fedflex.clients.cohort import CohortClient, train_cohort, unsupported_reason
+from fedflex.clients.cohort import CohortClient, batch_buckets, train_cohort, unsupported_reason
 from fedflex.clients.cohort_app import CohortTrainer
-from fedflex.clients.train import StepTerms, TrainSettings, local_train
+from fedflex.clients.train import StepTerms, TrainSettings, batch_order, local_train
 from fedflex.config import ConfigError, ModelConfig
 from fedflex.data import ArrayDataset
 from fedflex.launch.local_grid import LocalGrid
@@ -356,3 +356,21 @@ def test_cohort_grid_turns_a_clients_failure_into_that_clients_error_reply():
     replies = list(packed.send_and_receive(messages))
     assert len(replies) == cfg.num_clients
     assert all(r.has_error() and "control variate" in r.error.reason for r in replies)
+
+
+def test_cohort_equals_sequential_across_batch_length_passes():
+    """Clients whose longest mini-batches differ (16, 8, 4 and 2 rows with batch 16) train
+    in separate padded passes on the CPU; each still gets exactly its sequential result."""
+    torch.manual_seed(2)
+    model = build_model(ModelConfig(name="cnn-fmnist"), (1, 28, 28), 10)
+    sizes, starts = [23, 5, 0, 12, 2, 3], [0, 30, 40, 41, 55, 60]
+    clients = [
+        CohortClient(torch.arange(a, a + n), torch.Generator().manual_seed(200 + k), StepTerms())
+        for k, (a, n) in enumerate(zip(starts, sizes))
+    ]
+    orders = [batch_order(n, SETTINGS_16, torch.Generator().manual_seed(0)) for n in sizes]
+    assert batch_buckets(orders, CPU) == [[0, 3], [1], [5], [4], [2]]
+    _assert_same(model, _images(64, (1, 28, 28)), clients, SETTINGS_16)
+
+
+SETTINGS_16 = TrainSettings(epochs=2, batch_size=16, lr=0.05, momentum=0.9)
