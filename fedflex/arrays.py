@@ -39,6 +39,20 @@ def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     return header
 
 
+def dtype_name(dtype: np.dtype) -> str:
+    """Return ``str(dtype)``, the dtype an ``Array(ndarray)`` of it says, remembered per dtype.
+
+    Examples
+    --------
+    >>> dtype_name(np.dtype("float32")), dtype_name(np.dtype(">i4"))
+    ('float32', '>i4')
+    """
+    name = _NAMES.get(dtype)
+    if name is None:
+        name = _NAMES[dtype] = str(dtype)
+    return name
+
+
 def numpy_to_array(value: np.ndarray) -> Array:
     """Return the :class:`~flwr.app.Array` of ``value``: the bytes of ``Array(value)`` for a
     C-ordered array (``value`` is made C-ordered first, 0-d arrays stay 0-d).
@@ -47,10 +61,7 @@ def numpy_to_array(value: np.ndarray) -> Array:
     if a.dtype.hasobject or a.dtype.fields is not None:  # what the cached header cannot describe
         return Array(a)
     shape = tuple(int(n) for n in a.shape)
-    name = _NAMES.get(a.dtype)
-    if name is None:
-        name = _NAMES[a.dtype] = str(a.dtype)
-    return Array(dtype=name, shape=shape, stype=NPY, data=_npy_header(a.dtype, shape) + a.tobytes())
+    return Array(dtype=dtype_name(a.dtype), shape=shape, stype=NPY, data=_npy_header(a.dtype, shape) + a.tobytes())
 
 
 def array_to_numpy(array: Array) -> np.ndarray:

@@ -29,7 +29,7 @@ import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
 from fedflex import keys
-from fedflex.arrays import array_to_numpy
+from fedflex.arrays import array_to_numpy, dtype_name
 from fedflex.strategies.parts import ClientUpdate
 
 NONFINITE = "has NaN or Inf values"  # the reason's ending for non-finite values (divergence detection)
@@ -145,17 +145,6 @@ def reply_bytes(content: RecordDict) -> int:
     return total
 
 
-_NAMES: dict[np.dtype, str] = {}
-
-
-def _dtype_name(dtype: np.dtype) -> str:
-    """``str(dtype)`` (what an Array of that dtype says), remembered per dtype."""
-    name = _NAMES.get(dtype)
-    if name is None:
-        name = _NAMES[dtype] = str(dtype)
-    return name
-
-
 def _decode(
     record: ArrayRecord, ref: Mapping[str, np.ndarray], name: str, whole: bool
 ) -> tuple[Optional["OrderedDict[str, np.ndarray]"], str]:
@@ -179,7 +168,7 @@ def _decode(
         if a.shape != want.shape or tuple(array.shape) != want.shape:
             return None, f"{where}{key} has shape {a.shape}, expected {want.shape}"
         # dtype.kind "f": the real floats (np.floating), checked without numpy's type hierarchy
-        if whole and (a.dtype != want.dtype or array.dtype != _dtype_name(want.dtype)):
+        if whole and (a.dtype != want.dtype or array.dtype != dtype_name(want.dtype)):
             return None, f"{where}{key} has dtype {a.dtype}, expected {want.dtype}"
         if not whole and not (a.dtype.kind == "f" and want.dtype.kind == "f"):
             return None, f"{where}{key} has dtype {a.dtype}, expected real floats like the model's {want.dtype}"
