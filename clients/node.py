@@ -97,7 +97,7 @@ def load_global(task: Task, msg: Message) -> None:
     """
     record = cast(ArrayRecord, msg.content[keys.ARRAYS])
     held = [(name, array, array.data) for name, array in record.items()]
-    last = task.__dict__.get("_last_global")
+    last = getattr(task, "_last_global", None)
     if (
         last is not None
         and len(last[0]) == len(held)
@@ -106,7 +106,7 @@ def load_global(task: Task, msg: Message) -> None:
         tensors = last[1]
     else:
         tensors = _tensors(record)
-        task.__dict__["_last_global"] = (held, tensors)
+        task._last_global = (held, tensors)
     task.model.load_state_dict(tensors, strict=True)
 
 

@@ -46,6 +46,7 @@ class Task:
 
     def __post_init__(self) -> None:
         self._indices = [torch.as_tensor(ix, dtype=torch.long) for ix in self.partition.indices]
+        self._last_global: Optional[tuple] = None  # the global model node.load_global decoded last
 
 
 def resolve_device(name: str) -> torch.device:

@@ -358,6 +358,9 @@ def test_cohort_grid_turns_a_clients_failure_into_that_clients_error_reply():
     assert all(r.has_error() and "control variate" in r.error.reason for r in replies)
 
 
+SETTINGS_16 = TrainSettings(epochs=2, batch_size=16, lr=0.05, momentum=0.9)
+
+
 def test_cohort_equals_sequential_across_batch_length_passes():
     """Clients whose longest mini-batches differ (16, 8, 4 and 2 rows with batch 16) train
     in separate padded passes on the CPU; each still gets exactly its sequential result."""
@@ -371,6 +374,3 @@ def test_cohort_equals_sequential_across_batch_length_passes():
     orders = [batch_order(n, SETTINGS_16, torch.Generator().manual_seed(0)) for n in sizes]
     assert batch_buckets(orders, CPU) == [[0, 3], [1], [5], [4], [2]]
     _assert_same(model, _images(64, (1, 28, 28)), clients, SETTINGS_16)
-
-
-SETTINGS_16 = TrainSettings(epochs=2, batch_size=16, lr=0.05, momentum=0.9)
