@@ -379,7 +379,12 @@ class SessionAwareOptions(MethodOptions):
     stored last models of ``pilot_sessions`` (P) sessions, d between session gradients of
     ``gradient_rounds`` (V) rounds, R = ``similarity_scale``; ``distance`` ``l2`` (the
     spec) or ``normalized`` (the authors' code: the mean over weight tensors of the
-    distance between unit-length gradients; docs/session-init.md).
+    distance between unit-length gradients; docs/session-init.md). ``switch_margin`` m
+    (beyond the paper; null, the default, is the paper): keep the current model at a
+    session start unless an older stored session's gradient is closer than the latest
+    session's by the fraction m (some d_z <= (1 - m) d_latest), i.e. switch only when a
+    session seems to recur (docs/composition.md: under Markov churn, where sessions do not
+    recur, the paper's softmin mixes in less trained models).
     """
 
     PARTS: ClassVar[tuple[str, ...]] = ("session-aware",)
@@ -388,6 +393,7 @@ class SessionAwareOptions(MethodOptions):
     gradient_rounds: int = 1
     similarity_scale: float = 10.0
     distance: str = "l2"
+    switch_margin: Optional[float] = None
 
     def validate(self, path: str) -> None:
         """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
@@ -395,6 +401,7 @@ class SessionAwareOptions(MethodOptions):
         number(path, "gradient_rounds", self.gradient_rounds, ge=1)
         number(path, "similarity_scale", self.similarity_scale, ge=0)
         choice(path, "distance", self.distance, SESSION_DISTANCES)
+        number(path, "switch_margin", self.switch_margin, ge=0, lt=1, optional=True)
 
 
 # ---------------------------------------------------------------------------- local rules

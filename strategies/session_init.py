@@ -154,6 +154,19 @@ class AverageInitializer(_SessionMemory):
         self._last = state["last"]
 
 
+def session_recurs(distances: np.ndarray, margin: float) -> bool:
+    """Whether an older stored session is closer to the new one than the latest stored
+    session is, by the fraction ``margin``: some ``d_z <= (1 - margin) d_latest``, z before
+    the latest (``distances`` in session order). False with one stored session.
+
+    The gate of ``switch_margin`` (beyond the paper): when sessions do not recur, as under
+    Markov churn, the latest session's model is also the most trained one, and the
+    paper's softmin would mix older ones into the start.
+    """
+    d = np.asarray(distances, dtype=np.float64)
+    return d.size > 1 and bool(d[:-1].min() <= (1.0 - margin) * d[-1])
+
+
 class SessionAwareInitializer(_SessionMemory):
     """The churn paper's session-aware initial model (see the module docstring).
 
@@ -169,6 +182,9 @@ class SessionAwareInitializer(_SessionMemory):
         d: ``l2`` (the spec, ``||G_s - G_z||``) or ``normalized`` (the authors' code:
         the mean over weight tensors of the distance between unit-length gradients);
         see :func:`session_distance`.
+    switch_margin
+        m (beyond the paper; None is the paper): keep the current model unless
+        :func:`session_recurs` says an older stored session is closer than the latest by m.
     clients_per_round
         How many online clients train in a gradient round (all when fewer are online).
     seed
@@ -189,6 +205,7 @@ class SessionAwareInitializer(_SessionMemory):
         o = self.options = resolve_options(SessionAwareOptions, options, fields, "strategy.initializer.session_aware")
         self.P, self.V, self.R = o.pilot_sessions, o.gradient_rounds, o.similarity_scale
         self.distance = o.distance
+        self.switch_margin = o.switch_margin
         self.clients_per_round = clients_per_round
         self.rng = np.random.default_rng(seed)
         self.pilot_buffer: list[Arrays] = []
@@ -207,7 +224,8 @@ class SessionAwareInitializer(_SessionMemory):
 
     def summary(self) -> str:
         """Describe the part and its settings in one line (the run log and summary.json)."""
-        return f"session-aware(P={self.P}, V={self.V}, R={self.R}, distance={self.distance})"
+        margin = "" if self.switch_margin is None else f", switch_margin={self.switch_margin}"
+        return f"session-aware(P={self.P}, V={self.V}, R={self.R}, distance={self.distance}{margin})"
 
     def close_session(self, session: int, last_model: Arrays) -> None:
         """Keep what this initializer needs of a session that ended with ``last_model``."""
@@ -242,6 +260,17 @@ class SessionAwareInitializer(_SessionMemory):
         if self.history:
             slices = weight_slices(self.pilot) if self.distance == "normalized" else None
             distances = np.array([session_distance(gradient, g, self.distance, slices) for _, g in self.history])
+            self._round_metrics = {"init_distances": [round(float(d), 6) for d in distances]}
+            if self.switch_margin is not None and not session_recurs(distances, self.switch_margin):
+                self._round_metrics["init_switched"] = 0
+                self.gradients[session] = gradient
+                log(
+                    INFO,
+                    "session-aware: session %d keeps the current model (no older session closer than the latest by %g)",
+                    session,
+                    self.switch_margin,
+                )
+                return None
             self.last_weights = softmin_weights(distances, self.R)
             replacement = mean_models([w for w, _ in self.history], self.last_weights, like=global_arrays)
             log(
@@ -250,7 +279,9 @@ class SessionAwareInitializer(_SessionMemory):
                 session,
                 np.round(self.last_weights, 3).tolist(),
             )
-            self._round_metrics = {"init_weights": [round(float(w), 6) for w in self.last_weights]}
+            self._round_metrics["init_weights"] = [round(float(w), 6) for w in self.last_weights]
+            if self.switch_margin is not None:
+                self._round_metrics["init_switched"] = 1
         self.gradients[session] = gradient  # only after the weights were computed
         return replacement
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import fedflex.clients.runtime as runtime
+from fedflex.checks import ConfigError
 from fedflex.clients.client_app import app as client_app
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.launch.server import run_server
@@ -17,6 +18,7 @@ from fedflex.strategies.session_init import (
     SessionAwareInitializer,
     mean_models,
     session_distance,
+    session_recurs,
     softmin_weights,
     weight_slices,
 )
@@ -99,6 +101,58 @@ def test_session_aware_pilot_then_weights_from_gradient_distance():
     assert [c[1] for c in ctx.calls] == ["session-init"] * 3
     for call in ctx.calls:
         np.testing.assert_allclose(call[3], [1.0, 1.0])
+
+
+def test_session_recurs_by_hand():
+    # the latest stored session is the last entry; an older one must be closer by the margin
+    assert session_recurs(np.array([0.5, 1.0]), 0.5)  # 0.5 <= (1 - 0.5) * 1.0
+    assert not session_recurs(np.array([0.51, 1.0]), 0.5)
+    assert session_recurs(np.array([0.9, 2.0, 1.0]), 0.1)  # 0.9 <= 0.9
+    assert not session_recurs(np.array([0.95, 2.0, 1.0]), 0.1)
+    assert not session_recurs(np.array([0.0]), 0.0)  # one stored session: nothing older
+
+
+def test_switch_margin_keeps_the_model_unless_an_older_session_recurs():
+    """The plan of the test above plus a fifth session whose gradient is nearest the
+    latest session's: with switch_margin 0.5 sessions 2 and 4 keep the current model,
+    session 3 (G3 = G1, an older session recurs) gets the paper's softmin start."""
+    plan = [
+        (0, [0, 1], [0, 0], [1.0, 1.0]),
+        (1, [2, 3], [1, 0], [5.0, 5.0]),  # G1 = (1, 0)
+        (2, [0, 1], [0, 1], [7.0, 7.0]),  # G2 = (0, 1); one stored session: keep (paper: w1)
+        (3, [2, 3], [1, 0], [0.0, 0.0]),  # G3 = (1, 0): d = (0, sqrt 2), 0 <= 0.5 sqrt 2: switch
+        (4, [0, 1], [1.1, 0], [3.0, 3.0]),  # G4: d = (0.1, ~1.49, 0.1); 0.1 > 0.5 * 0.1: keep
+    ]
+    init = SessionAwareInitializer(similarity_scale=np.log(2), switch_margin=0.5)
+    ctx = FakeCtx()
+    init.bind(ctx)
+    metrics = []
+    starts = []
+    for i, (session, online, step, last) in enumerate(plan):
+        ctx.step = np.array(step, dtype=np.float32)
+        starts.append(init.on_session_start(i + 1, session, np.array(online), _m([9.0, 9.0])))
+        metrics.append(init.round_metrics())
+        init.on_round_end(i + 1, session, _m(last))
+    assert starts[0] is None and starts[1] is None and starts[2] is None and starts[4] is None
+    a = np.array([1.0, 2 ** -np.sqrt(2)])
+    a /= a.sum()
+    np.testing.assert_allclose(starts[3]["w"], a[0] * 5.0 + a[1] * 7.0, rtol=1e-6)
+    assert [m.get("init_switched") for m in metrics] == [None, None, 0, 1, 0]
+    np.testing.assert_allclose(metrics[4]["init_distances"], [0.1, np.sqrt(1.21 + 1), 0.1], atol=1e-6)
+    assert "init_weights" not in metrics[4]
+    # a kept start still stores its session: session 4's gradient is in the history's list
+    assert len(ctx.calls) == 4 and 4 in init.gradients
+    # without the margin (the paper), session 2 starts from w1
+    paper = SessionAwareInitializer(similarity_scale=np.log(2))
+    ctx = FakeCtx()
+    paper.bind(ctx)
+    np.testing.assert_allclose(_run_sessions(paper, ctx, plan[:3])[2]["w"], [5.0, 5.0])
+
+
+@pytest.mark.parametrize("margin", [-0.1, 1.0, float("nan")])
+def test_switch_margin_out_of_range_is_a_config_error(margin):
+    with pytest.raises(ConfigError, match="switch_margin"):
+        SessionAwareInitializer(switch_margin=margin)
 
 
 def test_weight_slices_keep_kernels_and_skip_biases_and_counters():
