@@ -371,6 +371,8 @@ class KrumOptions(MethodOptions):
 # ---------------------------------------------------------------------------- initializers
 #: session-aware distance between session gradients (strategies/session_init.session_distance)
 SESSION_DISTANCES = ("l2", "normalized")
+#: what the session-aware gradient rounds do to the other parts' server state
+SESSION_GRADIENT_STATES = ("shared", "isolated")
 
 
 @dataclass
@@ -384,7 +386,12 @@ class SessionAwareOptions(MethodOptions):
     session start unless an older stored session's gradient is closer than the latest
     session's by the fraction m (some d_z <= (1 - m) d_latest), i.e. switch only when a
     session seems to recur (docs/composition.md: under Markov churn, where sessions do not
-    recur, the paper's softmin mixes in less trained models).
+    recur, the paper's softmin mixes in less trained models). ``gradient_state``: the V
+    gradient rounds go through the base method's server state and change it (``shared``,
+    the default: server momentum, HiCS-FL's estimates), or run from that state as it was
+    before round 1 and leave it as it was (``isolated``, beyond the paper: G then does not
+    carry the run's server momentum, and the momentum does not carry the pilot's step).
+    Clients' own state (SCAFFOLD's c_i) is not isolated.
     """
 
     PARTS: ClassVar[tuple[str, ...]] = ("session-aware",)
@@ -394,6 +401,7 @@ class SessionAwareOptions(MethodOptions):
     similarity_scale: float = 10.0
     distance: str = "l2"
     switch_margin: Optional[float] = None
+    gradient_state: str = "shared"
 
     def validate(self, path: str) -> None:
         """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
@@ -402,6 +410,7 @@ class SessionAwareOptions(MethodOptions):
         number(path, "similarity_scale", self.similarity_scale, ge=0)
         choice(path, "distance", self.distance, SESSION_DISTANCES)
         number(path, "switch_margin", self.switch_margin, ge=0, lt=1, optional=True)
+        choice(path, "gradient_state", self.gradient_state, SESSION_GRADIENT_STATES)
 
 
 # ---------------------------------------------------------------------------- local rules

@@ -76,10 +76,14 @@ class RoundContext(Protocol):
     def data_sizes(self) -> dict[int, int]:
         """Client id -> number of training examples, as reported so far."""
 
-    def train_round(self, server_round: int, arrays: Arrays, clients: np.ndarray, phase: str) -> Optional[Arrays]:
+    def train_round(
+        self, server_round: int, arrays: Arrays, clients: np.ndarray, phase: str, isolated: bool = False
+    ) -> Optional[Arrays]:
         """Run one real training round with ``clients`` from ``arrays`` outside the
         scenario's round count (logged with ``phase``); the aggregated model, or None
-        when no reply was usable.
+        when no reply was usable. ``isolated``: the server-side parts (sampler,
+        aggregator, server rule) see it from their state before round 1 and keep their
+        own state.
         """
 
     def query(self, server_round: int, clients: np.ndarray, arrays: Arrays) -> dict[int, dict[str, Any]]:

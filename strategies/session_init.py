@@ -20,7 +20,7 @@ min(K, |online|) online clients drawn uniformly by the initializer's own generat
 (all of them when K >= |online|, the paper's full participation); they are real rounds
 (messages to clients) logged with ``phase: session-init`` and not counted in the
 scenario's rounds; they go through the base aggregator (and its state, e.g. server
-momentum or SCAFFOLD's control variate).
+momentum or SCAFFOLD's control variate), unless ``gradient_state: isolated``.
 """
 
 from __future__ import annotations
@@ -182,6 +182,8 @@ class SessionAwareInitializer(_SessionMemory):
         d: ``l2`` (the spec, ``||G_s - G_z||``) or ``normalized`` (the authors' code:
         the mean over weight tensors of the distance between unit-length gradients);
         see :func:`session_distance`.
+    gradient_state
+        ``shared`` (the spec) or ``isolated``: see :class:`~fedflex.options.SessionAwareOptions`.
     switch_margin
         m (beyond the paper; None is the paper): keep the current model unless
         :func:`session_recurs` says an older stored session is closer than the latest by m.
@@ -206,6 +208,7 @@ class SessionAwareInitializer(_SessionMemory):
         self.P, self.V, self.R = o.pilot_sessions, o.gradient_rounds, o.similarity_scale
         self.distance = o.distance
         self.switch_margin = o.switch_margin
+        self.isolated = o.gradient_state == "isolated"
         self.clients_per_round = clients_per_round
         self.rng = np.random.default_rng(seed)
         self.pilot_buffer: list[Arrays] = []
@@ -224,8 +227,9 @@ class SessionAwareInitializer(_SessionMemory):
 
     def summary(self) -> str:
         """Describe the part and its settings in one line (the run log and summary.json)."""
-        margin = "" if self.switch_margin is None else f", switch_margin={self.switch_margin}"
-        return f"session-aware(P={self.P}, V={self.V}, R={self.R}, distance={self.distance}{margin})"
+        extra = "" if self.switch_margin is None else f", switch_margin={self.switch_margin}"
+        extra += ", gradient_state=isolated" if self.isolated else ""
+        return f"session-aware(P={self.P}, V={self.V}, R={self.R}, distance={self.distance}{extra})"
 
     def close_session(self, session: int, last_model: Arrays) -> None:
         """Keep what this initializer needs of a session that ended with ``last_model``."""
@@ -250,7 +254,7 @@ class SessionAwareInitializer(_SessionMemory):
         pilot: Arrays = self.pilot
         u = pilot
         for _ in range(self.V):
-            trained = self.ctx.train_round(server_round, u, clients, phase="session-init")
+            trained = self.ctx.train_round(server_round, u, clients, phase="session-init", isolated=self.isolated)
             if trained is None:
                 log(WARNING, "session-aware: gradient round at round %d got no reply; model kept", server_round)
                 return None

@@ -24,6 +24,7 @@ run the same steps, and federated evaluation is Flower's FedAvg's.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from collections import OrderedDict
@@ -306,6 +307,12 @@ class FedFlex(FedAvg):
         self.nodes = NodeDirectory(num_clients, query_timeout=self.query_timeout, identify=self.identify)
         for part in self.parts:
             part.bind(cast(RoundContext, self))  # num_clients is set by now
+        # the server-side parts' state before any round: what an isolated extra round starts from
+        self._pristine = [copy.deepcopy(p.state_dict()) for p in self._stateful_parts()]
+
+    def _stateful_parts(self) -> list[Part]:
+        """Return the parts an extra round's replies reach: sampler, aggregator, server rule."""
+        return [p for p in (self.sampler, self.aggregator, self.server_rule) if p is not None]
 
     @property
     def ready(self) -> bool:
@@ -444,11 +451,30 @@ class FedFlex(FedAvg):
         return self.sizes
 
     def train_round(
-        self, server_round: int, arrays: "OrderedDict[str, np.ndarray]", clients: np.ndarray, phase: str
+        self,
+        server_round: int,
+        arrays: "OrderedDict[str, np.ndarray]",
+        clients: np.ndarray,
+        phase: str,
+        isolated: bool = False,
     ) -> Optional["OrderedDict[str, np.ndarray]"]:
-        """Run a real round outside the scenario's count (e.g. session-aware gradient rounds)."""
+        """Run a real round outside the scenario's count (e.g. session-aware gradient rounds).
+        ``isolated``: the sampler, aggregator and server rule see the round from the state
+        they had before round 1 (no server momentum, no estimates), and get their own
+        state back afterwards.
+        """
         if self._grid is None:
             raise RuntimeError("train_round is only available while the strategy runs")
+        if isolated:
+            parts = self._stateful_parts()
+            states = [copy.deepcopy(p.state_dict()) for p in parts]
+            for part, state in zip(parts, self._pristine):
+                part.load_state_dict(copy.deepcopy(state))
+            try:
+                return self.train_round(server_round, arrays, clients, phase)
+            finally:
+                for part, state in zip(parts, states):
+                    part.load_state_dict(state)
         t0 = time.perf_counter()
         record = RoundRecord(round=server_round, phase=phase, online=[int(c) for c in clients])
         record.session = max(self.tracker.session, 0)

@@ -61,7 +61,7 @@ class FakeCtx:
         self.step = None
         self.global_arrays = None
 
-    def train_round(self, server_round, arrays, clients, phase):
+    def train_round(self, server_round, arrays, clients, phase, isolated=False):
         self.calls.append((server_round, phase, list(clients), arrays["w"].copy()))
         return OrderedDict(w=arrays["w"] + self.step, n=arrays["n"])
 
@@ -325,3 +325,54 @@ def test_session_distance_is_a_checked_option():
             ALTERNATING
             + ["strategy.initializer.name=session-aware", "strategy.initializer.session_aware.distance=cos"],
         )
+
+
+@pytest.mark.parametrize("gradient_state", ["shared", "isolated"])
+def test_isolated_gradient_rounds_leave_the_server_momentum_as_it_was(isolated, gradient_state):
+    """With switch_margin every start of ALTERNATING keeps the model (session 1 has no
+    history, session 2 one stored session), so only the gradient rounds can make the run
+    differ from `previous`: isolated they leave FedAvgM's momentum alone and the run is
+    `previous` to the digit; shared the momentum carries the pilot's step into round 5.
+    """
+    base = ALTERNATING + ["strategy.aggregator.name=fedavgm", "strategy.aggregator.fedavgm.momentum=0.5"]
+    accs = {}
+    for name, extra in {
+        "previous": ["strategy.initializer.name=previous"],
+        "gated": [
+            "strategy.initializer.name=session-aware",
+            "strategy.initializer.session_aware.switch_margin=0.5",
+            f"strategy.initializer.session_aware.gradient_state={gradient_state}",
+        ],
+    }.items():
+        run_server(LocalGrid(client_app, 4), load_scenario(None, base + extra), isolated / name)
+        rows = read_metrics(isolated / name)
+        accs[name] = [r["test_accuracy"] for r in rows if r["phase"] == "train"]
+        if name == "gated":
+            assert [r["round"] for r in rows if r["phase"] == "session-init"] == [3, 5]
+    assert accs["gated"][:2] == accs["previous"][:2]  # before the first gradient round
+    if gradient_state == "isolated":
+        assert accs["gated"] == accs["previous"]
+    else:
+        assert accs["gated"][2:] != accs["previous"][2:]
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        ["strategy.sampler.name=hics", "strategy.aggregator.name=fedaware", "strategy.local_rule.name=scaffold"],
+        ["strategy.sampler.name=pow-d", "strategy.aggregator.name=fedadam", "strategy.local_rule.name=feddyn"],
+        ["strategy.sampler.name=fedcor", "strategy.aggregator.name=fedavg", "strategy.local_rule.name=fedcm"],
+    ],
+)
+def test_isolated_gradient_rounds_restore_every_stateful_part(isolated, parts):
+    """Each part's state before round 1 loads back, and its own state is restored after."""
+    cfg = load_scenario(
+        None,
+        ALTERNATING
+        + parts
+        + ["strategy.initializer.name=session-aware", "strategy.initializer.session_aware.gradient_state=isolated"],
+    )
+    run_server(LocalGrid(client_app, 4), cfg, isolated / "out")
+    rows = read_metrics(isolated / "out")
+    assert [r["round"] for r in rows if r["phase"] == "session-init"] == [3, 5]
+    assert [r["round"] for r in rows if r["phase"] == "train"] == [1, 2, 3, 4, 5, 6]
