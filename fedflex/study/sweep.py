@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -376,15 +377,27 @@ def read_config(run_dir: Path) -> dict[str, Any]:
     return flatten(alias_mapping(data, warn=False)) if isinstance(data, dict) else {}
 
 
+@functools.lru_cache(maxsize=1)
+def default_config() -> dict[str, Any]:
+    """Return this version's default scenario as a flat ``{dotted.key: value}`` dict."""
+    import yaml
+
+    return flatten(yaml.safe_load(to_yaml(load_scenario(None, []))))
+
+
 def config_difference(planned: dict[str, Any], saved: dict[str, Any]) -> Optional[str]:
     """Return the first result key on which two flat configs differ (execution keys aside), as
-    ``key: saved vs planned``; None when they agree.
+    ``key: saved vs planned``; None when they agree. A key that a saved run lacks (an option
+    added after the run was made) reads as this version's default: a new option's default
+    keeps what earlier versions did.
     """
+    defaults = default_config()
     for key in sorted(set(planned) | set(saved)):
         if is_execution_key(key):
             continue
-        if planned.get(key) != saved.get(key):
-            return f"{key}: {saved.get(key)!r} there, {planned.get(key)!r} planned"
+        there = saved[key] if key in saved else defaults.get(key)
+        if planned.get(key) != there:
+            return f"{key}: {there!r} there, {planned.get(key)!r} planned"
     return None
 
 

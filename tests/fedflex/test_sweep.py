@@ -124,6 +124,23 @@ def test_a_member_directory_with_another_configuration_is_refused(tmp_path):
         check_existing(sweep)
 
 
+def test_an_option_added_after_the_run_reads_as_its_default(tmp_path):
+    """A run made before an option existed has no such key in its config.yaml: it matches a
+    sweep that plans the option's default, and not one that plans another value."""
+    import yaml
+
+    sweep = plan(QUICKSTART, ["rounds=3"], {}, [0], tmp_path)
+    old = tmp_path / sweep.members[0].name
+    old.mkdir()
+    saved = yaml.safe_load(to_yaml(load_scenario(QUICKSTART, ["rounds=3"])))
+    del saved["strategy"]["initializer"]["session_aware"]["switch_margin"]  # as before the option
+    (old / "config.yaml").write_text(yaml.safe_dump(saved))
+    check_existing(sweep)  # the default (null): no error
+    other = plan(QUICKSTART, ["rounds=3", "strategy.initializer.session_aware.switch_margin=0.5"], {}, [0], tmp_path)
+    with pytest.raises(StudyError, match="switch_margin: None there, 0.5 planned"):
+        check_existing(other)
+
+
 def test_execution_settings_do_not_make_another_configuration(tmp_path):
     # Prepare: the same run with other progress / CPU settings
     sweep = plan(QUICKSTART, ["rounds=3"], {}, [0], tmp_path)
