@@ -45,7 +45,12 @@ def test_killed_superlink_restarted_on_its_database_gets_its_nodes_back(tmp_path
     killed_at = time.monotonic()
     fed.restart_superlink()
     since = {i: len(node.output()) for i, node in fed.nodes.items()}
-    new_run = fed.submit(str(QUICKSTART), tiny_overrides(2, rounds=1), tmp_path / "after")
+    # the new run waits for both SuperNodes before round 1 (deployment.wait_for_nodes), as a
+    # run submitted right after a restart must: without it, round 1 starts with whoever has
+    # reconnected by then, which on a loaded machine was nobody (a CI run on 2 cores)
+    new_run = fed.submit(
+        str(QUICKSTART), [*tiny_overrides(2, rounds=1), "deployment.wait_for_nodes=2"], tmp_path / "after"
+    )
 
     # Assert: both nodes (registered before the crash) talk to the new SuperLink in time
     def back():
