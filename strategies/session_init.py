@@ -265,27 +265,26 @@ class SessionAwareInitializer(_SessionMemory):
             slices = weight_slices(self.pilot) if self.distance == "normalized" else None
             distances = np.array([session_distance(gradient, g, self.distance, slices) for _, g in self.history])
             self._round_metrics = {"init_distances": [round(float(d), 6) for d in distances]}
-            if self.switch_margin is not None and not session_recurs(distances, self.switch_margin):
-                self._round_metrics["init_switched"] = 0
-                self.gradients[session] = gradient
+            switch = self.switch_margin is None or session_recurs(distances, self.switch_margin)
+            if self.switch_margin is not None:
+                self._round_metrics["init_switched"] = int(switch)
+            if switch:
+                self.last_weights = softmin_weights(distances, self.R)
+                replacement = mean_models([w for w, _ in self.history], self.last_weights, like=global_arrays)
+                log(
+                    INFO,
+                    "session-aware: session %d starts from weights %s",
+                    session,
+                    np.round(self.last_weights, 3).tolist(),
+                )
+                self._round_metrics["init_weights"] = [round(float(w), 6) for w in self.last_weights]
+            else:
                 log(
                     INFO,
                     "session-aware: session %d keeps the current model (no older session closer than the latest by %g)",
                     session,
                     self.switch_margin,
                 )
-                return None
-            self.last_weights = softmin_weights(distances, self.R)
-            replacement = mean_models([w for w, _ in self.history], self.last_weights, like=global_arrays)
-            log(
-                INFO,
-                "session-aware: session %d starts from weights %s",
-                session,
-                np.round(self.last_weights, 3).tolist(),
-            )
-            self._round_metrics["init_weights"] = [round(float(w), 6) for w in self.last_weights]
-            if self.switch_margin is not None:
-                self._round_metrics["init_switched"] = 1
         self.gradients[session] = gradient  # only after the weights were computed
         return replacement
 

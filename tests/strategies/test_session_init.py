@@ -66,12 +66,15 @@ class FakeCtx:
         return OrderedDict(w=arrays["w"] + self.step, n=arrays["n"])
 
 
-def _run_sessions(init, ctx, plan):
-    """plan: (session, online, gradient step, last model of the session)."""
+def _run_sessions(init, ctx, plan, metrics=None):
+    """plan: (session, online, gradient step, last model of the session); ``metrics``, when
+    given, receives the initializer's round metrics after each session start."""
     starts = []
     for i, (session, online, step, last) in enumerate(plan):
         ctx.step = np.array(step, dtype=np.float32)
         starts.append(init.on_session_start(i + 1, session, np.array(online), _m([9.0, 9.0])))
+        if metrics is not None:
+            metrics.append(init.round_metrics())
         init.on_round_end(i + 1, session, _m(last))
     return starts
 
@@ -127,12 +130,7 @@ def test_switch_margin_keeps_the_model_unless_an_older_session_recurs():
     ctx = FakeCtx()
     init.bind(ctx)
     metrics = []
-    starts = []
-    for i, (session, online, step, last) in enumerate(plan):
-        ctx.step = np.array(step, dtype=np.float32)
-        starts.append(init.on_session_start(i + 1, session, np.array(online), _m([9.0, 9.0])))
-        metrics.append(init.round_metrics())
-        init.on_round_end(i + 1, session, _m(last))
+    starts = _run_sessions(init, ctx, plan, metrics)
     assert starts[0] is None and starts[1] is None and starts[2] is None and starts[4] is None
     a = np.array([1.0, 2 ** -np.sqrt(2)])
     a /= a.sum()
