@@ -2,19 +2,32 @@
 each of its parts, paired by seed, and the diagnostics that explain the outcome.
 
     python scripts/composition_table.py runs/composition_churn --target 0.6 > churn.md
+    python scripts/composition_table.py runs/composition_sessions --sessions --target 0.85 \
+        --where partition.overlap=0.0
 
 Runs are the directories ``method=<name>,seed=<s>`` of a ``fedflex sweep`` over a
-``method`` axis (scenarios/studies/composition_*.yaml). A method's parts are the names
+``method`` axis (scenarios/studies/composition_*.yaml); ``--where k=v,...`` takes the
+runs of one point of the sweep's other axes (``k=v,...,method=<name>,seed=<s>``). A method's parts are the names
 joined by ``+`` (``hics+fedaware``: hics and fedaware), a trailing ``-<mechanism>`` aside
 (``hics+fedaware-age10``: the same parts with a mechanism switched on); ``all4`` is hics,
 fedaware, session and fedprox (``all4-age10`` too). The figures per run come from ``fedflex compare``'s
 :func:`fedflex.study.compare.run_figures` (rounds to the target on the raw and the
 Savitzky-Golay-smoothed curve, the mean test accuracy over the last 10% of rounds, e-LUDD).
+
+``--sessions`` is for a setting whose sessions recur and hold their own labels (the churn
+paper's, scenarios/studies/composition_sessions.yaml): every figure is on the online
+clients' labels (``online_accuracy``), the rounds to the target are counted from the start
+of each session from the third on (the ones where the session-aware start can act; with
+P = 1 the first two starts are the same for every initializer) and averaged over them, a
+session that never reaches it counting as its length + 1, and the transition accuracy is
+the churn paper's figure: the mean online accuracy over the 10 rounds after those session
+starts (``summary.json``'s ``transitions``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import re
 import sys
@@ -26,7 +39,8 @@ import numpy as np
 from fedflex.study.compare import load_run, run_figures
 
 ALL4 = ("hics", "fedaware", "session", "fedprox")
-NAME = re.compile(r"^method=(?P<method>[^,]+),seed=(?P<seed>\d+)$")
+NAME = re.compile(r"^(?:(?P<where>.+),)?method=(?P<method>[^,]+),seed=(?P<seed>\d+)$")
+FIRST_SESSION = 2  # --sessions: figures over the session starts from the third on (0-based 2)
 
 
 def parts(method: str) -> tuple[str, ...]:
@@ -38,17 +52,44 @@ def parts(method: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def load(root: Path, target: float) -> dict[str, dict[int, dict[str, Any]]]:
+def session_figures(rows: list[dict[str, Any]], summary: dict[str, Any], target: float) -> dict[str, Any]:
+    """``--sessions``: rounds to ``target`` online accuracy from each session start (from
+    the third on), their mean, and the mean transition accuracy over the same starts."""
+    starts = [i for i, r in enumerate(rows) if r.get("session_started")]
+    per_session = []
+    for k, i in enumerate(starts):
+        if k < FIRST_SESSION:
+            continue
+        end = starts[k + 1] if k + 1 < len(starts) else len(rows)
+        reached = [j - i + 1 for j in range(i, end) if (rows[j].get("online_accuracy") or 0.0) >= target]
+        per_session.append(reached[0] if reached else end - i + 1)
+    trans = [t["mean_online_accuracy"] for t in summary.get("transitions", [])[FIRST_SESSION - 1 :]]
+    return {
+        "rounds_to_target": float(np.mean(per_session)) if per_session else None,
+        "rounds_to_target_sessions": per_session,
+        "transition_accuracy": float(np.mean(trans)) if trans else None,
+        "mean_accuracy": float(np.mean([r["online_accuracy"] for r in rows if r.get("online_accuracy") is not None])),
+    }
+
+
+def load(
+    root: Path, target: float, where: Optional[str] = None, sessions: bool = False
+) -> dict[str, dict[int, dict[str, Any]]]:
     """method -> seed -> figures (completed runs only) plus the diagnostics."""
     out: dict[str, dict[int, dict[str, Any]]] = {}
     for path in sorted(root.iterdir()):
         m = NAME.match(path.name)
-        if not m or not (path / "summary.json").exists():
+        if not m or m["where"] != where or not (path / "summary.json").exists():
             continue
         run = load_run(path)
         if run.state != "completed":
             continue
-        fig = run_figures(run, target)
+        if sessions:
+            online = [{**r, "test_accuracy": r.get("online_accuracy")} for r in run.rows]
+            fig = run_figures(dataclasses.replace(run, rows=online), None)
+            fig.update(session_figures(run.rows, run.summary or {}, target))
+        else:
+            fig = run_figures(run, target)
         fig.update(diagnostics(run.rows, int(run.config.get("num_clients", 0))))
         fig["rounds"] = len(run.rows)
         out.setdefault(m["method"], {})[int(m["seed"])] = fig
@@ -104,11 +145,18 @@ METRICS = (
     ("last10_accuracy", "last-10% accuracy"),
     ("e_ludd", "e-LUDD"),
 )
+SESSION_METRICS = (
+    ("rounds_to_target", "rounds to target after a session start (mean)"),
+    ("transition_accuracy", "transition accuracy"),
+    ("last10_accuracy", "last-10% accuracy"),
+)
 
 
-def per_method_table(data: dict[str, dict[int, dict[str, Any]]], order: list[str]) -> str:
+def per_method_table(data: dict[str, dict[int, dict[str, Any]]], order: list[str], sessions: bool = False) -> str:
+    second = ("transition_accuracy", "transition accuracy") if sessions else ("rounds_to_target_smoothed", "smoothed")
+    first = "rounds to target after a session start, mean" if sessions else "rounds to target, raw"
     lines = [
-        "| method | seeds | rounds to target, raw (per seed) | smoothed (per seed) | last-10% accuracy (per seed) "
+        f"| method | seeds | {first} (per seed) | {second[1]} (per seed) | last-10% accuracy (per seed) "
         "| mean | e-LUDD |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -122,17 +170,19 @@ def per_method_table(data: dict[str, dict[int, dict[str, Any]]], order: list[str
         last = [runs[s]["last10_accuracy"] for s in seeds]
         elud = [runs[s]["e_ludd"] for s in seeds if runs[s]["e_ludd"] is not None]
         lines.append(
-            f"| {method} | {','.join(map(str, seeds))} | {col('rounds_to_target', 0)} | "
-            f"{col('rounds_to_target_smoothed', 0)} | {col('last10_accuracy')} | {fmt(float(np.mean(last)))} | "
+            f"| {method} | {','.join(map(str, seeds))} | {col('rounds_to_target', 1 if sessions else 0)} | "
+            f"{col(second[0], 3 if sessions else 0)} | {col('last10_accuracy')} | {fmt(float(np.mean(last)))} | "
             f"{fmt(float(np.mean(elud))) if elud else '-'} |"
         )
     return "\n".join(lines)
 
 
-def versus_parts_table(data: dict[str, dict[int, dict[str, Any]]], order: list[str]) -> str:
+def versus_parts_table(data: dict[str, dict[int, dict[str, Any]]], order: list[str], sessions: bool = False) -> str:
+    metrics = SESSION_METRICS if sessions else METRICS[:3]
     lines = [
-        "| composition | parts | paired seeds | beats every part on (raw rounds / smoothed / last-10%) "
-        "| last-10% minus best part's (per seed) |",
+        "| composition | parts | paired seeds | beats every part on ("
+        + " / ".join(label for _, label in metrics)
+        + ") | last-10% minus best part's (per seed) |",
         "|---|---|---|---|---|",
     ]
     for method in order:
@@ -143,7 +193,7 @@ def versus_parts_table(data: dict[str, dict[int, dict[str, Any]]], order: list[s
         if not seeds:
             continue
         wins = []
-        for key, _ in METRICS[:3]:
+        for key, _ in metrics:
             n = sum(
                 all(better(key, data[method][s][key], data[p][s][key], data[method][s]["rounds"]) for p in ps)
                 for s in seeds
@@ -204,15 +254,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("root", type=Path, help="the sweep directory")
     ap.add_argument("--target", type=float, required=True, help="test accuracy for rounds to target")
     ap.add_argument("--order", help="methods in this order (comma-separated; default: by name)")
+    ap.add_argument("--where", help="the runs of this point of the other axes (k=v,... as in the run names)")
+    ap.add_argument(
+        "--sessions", action="store_true", help="online accuracy, per session (a setting whose sessions recur)"
+    )
     args = ap.parse_args(argv)
-    data = load(args.root, args.target)
+    data = load(args.root, args.target, args.where, args.sessions)
     if not data:
         print(f"no completed method=...,seed=... runs under {args.root}", file=sys.stderr)
         return 1
     order = [m for m in args.order.split(",") if m in data] if args.order else sorted(data)
     print(f"Target {args.target:g}; per-seed values in seed order.\n")
-    print(per_method_table(data, order) + "\n")
-    print(versus_parts_table(data, order) + "\n")
+    print(per_method_table(data, order, args.sessions) + "\n")
+    print(versus_parts_table(data, order, args.sessions) + "\n")
     print(mechanism_table(data, order) + "\n")
     print(diagnostics_table(data, order))
     return 0

@@ -61,3 +61,69 @@ def test_a_composition_against_its_parts_paired_by_seed(tmp_path, capsys):
     assert cells[3].split(" / ")[0] == "1/2"  # raw rounds: seed 0 only
     assert cells[3].split(" / ")[2] == "1/2"  # last-10%: seed 0 only
     assert cells[4] == "+0.100, -0.100"
+
+
+def _session_run(root: Path, name: str, online: list[list[float]], transitions: list[float]) -> None:
+    """A run of 5-round sessions with these online accuracies (test accuracy 0.1 throughout,
+    so a figure taken from it shows)."""
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text(yaml.safe_dump({"seed": 0, "num_clients": 4}))
+    rows = []
+    for k, session in enumerate(online):
+        for i, a in enumerate(session):
+            t = len(rows)
+            rows.append(
+                {
+                    "round": t + 1,
+                    "phase": "train",
+                    "test_accuracy": 0.1,
+                    "online_accuracy": a,
+                    "test_loss": 1.0,
+                    "wall_s": 1.0,
+                    "online": [0, 1],
+                    "sampled": [t % 2],
+                    "session": k,
+                    "session_started": i == 0,
+                }
+            )
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = {"status": "completed", "transitions": [{"mean_online_accuracy": a} for a in transitions]}
+    (d / "summary.json").write_text(json.dumps(summary))
+
+
+def test_sessions_figures_are_per_session_on_the_online_labels(tmp_path, capsys):
+    # Four sessions of 5 rounds, target 0.8; the figures count sessions 2 and 3 (0-based).
+    # Rounds to 0.8 from a session start: the pair 2 and 2 (mean 2.0); hics 3 and 4 (3.5);
+    # session 1 and never (5 + 1 = 6; mean 3.5) -> the pair beats both.
+    # Transition accuracy, the transitions into sessions 2 and 3 (the second and third of
+    # summary.json's): the pair 0.8, hics 0.7 (its first transition, 0.95, is not counted),
+    # session 0.75 -> the pair beats both.
+    # Last-10% (the last 2 of 20 rounds, online accuracy): the pair 0.85, hics 0.9 -> not
+    # beaten; session 0.7.
+    low = [0.2] * 5
+    pair = [low, low, [0.5, 0.8, 0.9, 0.9, 0.9], [0.5, 0.85, 0.9, 0.85, 0.85]]
+    hics = [low, low, [0.5, 0.6, 0.8, 0.9, 0.9], [0.5, 0.6, 0.7, 0.9, 0.9]]
+    sess = [low, low, [0.8, 0.8, 0.8, 0.8, 0.8], [0.7, 0.7, 0.7, 0.7, 0.7]]
+    w = "partition.overlap=0.0"
+    _session_run(tmp_path, f"{w},method=hics+session,seed=0", pair, [0.1, 0.8, 0.8])
+    _session_run(tmp_path, f"{w},method=hics,seed=0", hics, [0.95, 0.7, 0.7])
+    _session_run(tmp_path, f"{w},method=session,seed=0", sess, [0.1, 0.9, 0.6])
+    # another point of the other axes, which --where leaves out: it would beat the pair
+    _session_run(tmp_path, "partition.overlap=0.2,method=hics,seed=0", [[1.0] * 5] * 4, [1.0, 1.0, 1.0])
+
+    data = ct.load(tmp_path, 0.8, where=w, sessions=True)
+    assert sorted(data) == ["hics", "hics+session", "session"]
+    assert data["hics+session"][0]["rounds_to_target_sessions"] == [2, 2]
+    assert data["session"][0]["rounds_to_target_sessions"] == [1, 6]
+    assert data["hics"][0]["transition_accuracy"] == 0.7
+    assert abs(data["hics+session"][0]["last10_accuracy"] - 0.85) < 1e-12
+    assert abs(data["hics"][0]["last10_accuracy"] - 0.9) < 1e-12
+    assert abs(data["session"][0]["last10_accuracy"] - 0.7) < 1e-12
+
+    assert ct.main([str(tmp_path), "--target", "0.8", "--sessions", "--where", w]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| hics+session | hics, session"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3] == "1/1 / 1/1 / 0/1"
+    assert cells[4] == "-0.050"
