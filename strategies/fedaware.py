@@ -376,6 +376,9 @@ class AwareCore:
         self.metrics.update(
             aware_active=int(active_ids.size),
             aware_nonzero=int((res.weights > NONZERO_WEIGHT).sum()),
+            aware_weights={
+                str(int(c)): round(float(w), 5) for c, w in zip(active_ids, res.weights) if w > NONZERO_WEIGHT
+            },
             aware_entropy=lambda_entropy(res.weights),
             aware_fw_iters=res.iterations,
             aware_gap=res.relative_gap,

@@ -188,6 +188,8 @@ def test_warmup_is_fedavg_until_every_client_trained_then_aware():
     np.testing.assert_allclose(x2["w"], [-0.5, -1.0], atol=1e-9)
     m = agg.round_metrics()
     assert m["aware_phase"] == "aware" and m["aware_nonzero"] == 2
+    # d = (0.25, 0.25) is the midpoint of m0 and m1; m2 = (0.5, 0.5) gets no weight
+    assert m["aware_weights"] == {"0": 0.5, "1": 0.5}
 
 
 def test_without_warmup_aware_starts_at_once():
