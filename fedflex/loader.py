@@ -172,6 +172,7 @@ def load_scenario(
         raise ConfigError("scenario", str(path), "did not load as a scenario")
     cfg.validate()
     warn_unused(cfg)
+    warn_measured(cfg)
     if cfg.churn.trace:
         from_file = (
             path is not None and file_trace is not None and not any(o.startswith("churn.trace=") for o in overrides)
@@ -202,6 +203,24 @@ def warn_unused(cfg: ScenarioConfig) -> list[str]:
         said.append(
             f"client.{option}={value} does nothing for client.{decider} {getattr(cfg.client, decider)} "
             f"(read by {decider}: {', '.join(readers)})"
+        )
+    for message in said:
+        logger.warning(message)
+    return said
+
+
+def warn_measured(cfg: ScenarioConfig) -> list[str]:
+    """Warn (and return the warnings) for a valid combination measured to fail: FedAWARE
+    (or the AWARE plug-in) solving over the momenta of offline clients under session churn.
+    """
+    said = []
+    agg = cfg.strategy.aggregator
+    if cfg.churn.kind == "sessions" and (agg.name == "fedaware" or agg.aware.enabled) and agg.aware.departed == "keep":
+        said.append(
+            "strategy.aggregator.aware.departed=keep: AWARE's min-norm solve keeps the momenta of the "
+            "sessions that are offline; under churn.kind=sessions with a label set per session this "
+            "stopped the model learning every other session (measured: docs/composition.md, setting (d)); "
+            "departed=exclude leaves them out while their clients are offline"
         )
     for message in said:
         logger.warning(message)

@@ -131,3 +131,20 @@ def test_a_saved_config_of_the_first_release_reads_as_the_new_one():
             }
         }
     }
+
+
+def test_fedaware_keeping_offline_sessions_momenta_is_warned_about():
+    from fedflex.loader import warn_measured
+
+    sessions = ["churn.kind=sessions", "churn.sessions=[[0,1],[2,3]]", "num_clients=4"]
+    cfg = load_scenario(None, [*sessions, "strategy.aggregator.name=fedaware"])
+    (said,) = warn_measured(cfg)
+    assert said.startswith("strategy.aggregator.aware.departed=keep")
+    # the plug-in solves over the same momenta
+    plug = ["strategy.aggregator.name=fedavgm", "strategy.aggregator.aware.enabled=true"]
+    assert len(warn_measured(load_scenario(None, [*sessions, *plug]))) == 1
+    # left out while offline, other churn, or no AWARE: nothing to say
+    exclude = "strategy.aggregator.aware.departed=exclude"
+    assert warn_measured(load_scenario(None, [*sessions, "strategy.aggregator.name=fedaware", exclude])) == []
+    assert warn_measured(load_scenario(None, ["strategy.aggregator.name=fedaware", "churn.kind=markov"])) == []
+    assert warn_measured(load_scenario(None, sessions)) == []
