@@ -207,10 +207,12 @@ def versus_parts_table(data: dict[str, dict[int, dict[str, Any]]], order: list[s
     return "\n".join(lines)
 
 
-def mechanism_table(data: dict[str, dict[int, dict[str, Any]]], order: list[str]) -> str:
+def mechanism_table(data: dict[str, dict[int, dict[str, Any]]], order: list[str], sessions: bool = False) -> str:
     """A mechanism (``<composition>-<mechanism>``) against the faithful composition, paired."""
+    rounds_label = "rounds to target after a session start, mean" if sessions else "raw rounds"
+    digits = 1 if sessions else 0
     lines = [
-        "| mechanism | against | paired seeds | raw rounds (mech vs faithful, per seed) | "
+        f"| mechanism | against | paired seeds | {rounds_label} (mech vs faithful, per seed) | "
         "last-10% accuracy difference (per seed) | mean |",
         "|---|---|---|---|---|---|",
     ]
@@ -224,7 +226,7 @@ def mechanism_table(data: dict[str, dict[int, dict[str, Any]]], order: list[str]
         if not seeds:
             continue
         rounds = ", ".join(
-            f"{fmt(data[method][s]['rounds_to_target'], 0)} vs {fmt(data[base][s]['rounds_to_target'], 0)}"
+            f"{fmt(data[method][s]['rounds_to_target'], digits)} vs {fmt(data[base][s]['rounds_to_target'], digits)}"
             for s in seeds
         )
         diffs = [data[method][s]["last10_accuracy"] - data[base][s]["last10_accuracy"] for s in seeds]
@@ -267,7 +269,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"Target {args.target:g}; per-seed values in seed order.\n")
     print(per_method_table(data, order, args.sessions) + "\n")
     print(versus_parts_table(data, order, args.sessions) + "\n")
-    print(mechanism_table(data, order) + "\n")
+    print(mechanism_table(data, order, args.sessions) + "\n")
     print(diagnostics_table(data, order))
     return 0
 

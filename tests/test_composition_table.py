@@ -127,3 +127,8 @@ def test_sessions_figures_are_per_session_on_the_online_labels(tmp_path, capsys)
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[3] == "1/1 / 1/1 / 0/1"
     assert cells[4] == "-0.050"
+    # a mechanism's rounds are the per-session means: session-drop 1 and 6 -> 3.5
+    _session_run(tmp_path, f"{w},method=hics+session-drop,seed=0", sess, [0.1, 0.9, 0.6])
+    assert ct.main([str(tmp_path), "--target", "0.8", "--sessions", "--where", w]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| hics+session-drop | hics+"))
+    assert [c.strip() for c in row.strip("|").split("|")][3] == "3.5 vs 2.0"
