@@ -68,7 +68,6 @@ def session_figures(rows: list[dict[str, Any]], summary: dict[str, Any], target:
         "rounds_to_target": float(np.mean(per_session)) if per_session else None,
         "rounds_to_target_sessions": per_session,
         "transition_accuracy": float(np.mean(trans)) if trans else None,
-        "mean_accuracy": float(np.mean([r["online_accuracy"] for r in rows if r.get("online_accuracy") is not None])),
     }
 
 
