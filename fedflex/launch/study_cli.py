@@ -110,13 +110,13 @@ class _Once(logging.Filter):
 
 def sweep_command(args: argparse.Namespace) -> int:
     """``fedflex sweep``: plan (every member's config checked), then run what is left."""
-    config_log = logging.getLogger("fedflex.config")
+    loader_log = logging.getLogger("fedflex.loader")  # the scenario warnings (warn_unused, warn_measured)
     once = _Once()
-    config_log.addFilter(once)
+    loader_log.addFilter(once)
     try:
         return _sweep(args)
     finally:
-        config_log.removeFilter(once)
+        loader_log.removeFilter(once)
 
 
 def _sweep(args: argparse.Namespace) -> int:

@@ -232,6 +232,19 @@ def test_a_variant_axis_stands_for_its_overrides_and_names_the_directory(tmp_pat
     assert dict(sweep.members[1].point) == {"method": "momentum", "client.lr": "0.1", "seed": "3"}
 
 
+def test_a_scenario_warning_is_said_once_however_many_members_repeat_it(tmp_path, caplog):
+    # Prepare: an option the members' local rule does not read (fedprox's mu with sgd), so
+    # every load of every member's config warns; planning loads each several times
+    text = VARIANTS.replace("{rounds: 2}", "{rounds: 2, strategy.local_rule.fedprox.mu: 0.5}")
+    path = _study(tmp_path, "s.yaml", text)
+    # Execute
+    code = main(["sweep", str(path), "--dry-run", "--out", str(tmp_path / "o")])
+    # Assert: 2 members, one warning line
+    assert code == 0
+    said = [r.getMessage() for r in caplog.records if "does nothing for" in r.getMessage()]
+    assert said == ["strategy.local_rule.fedprox.mu=0.5 does nothing for local rule sgd (read by: fedprox)"]
+
+
 def test_the_command_line_grid_picks_among_the_variants_and_refuses_an_unknown_one(tmp_path, capsys):
     # Prepare
     path = _study(tmp_path, "s.yaml", VARIANTS)
