@@ -275,6 +275,21 @@ def rounds_to_accuracy(rows: Iterable[dict[str, Any]], target: float) -> Optiona
     return None
 
 
+def sustained_rounds_to_accuracy(rows: Iterable[dict[str, Any]], target: float, k: int) -> Optional[int]:
+    """First round from which the test accuracy stays at or above ``target`` for ``k``
+    evaluated rounds in a row (that round and the ``k - 1`` evaluations after it; None if
+    never): rounds to a target that a single noisy evaluation cannot reach by chance.
+    ``k = 1`` is :func:`rounds_to_accuracy`.
+    """
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    evaluated = [r for r in rows if r.get("test_accuracy") is not None]
+    for i in range(len(evaluated) - k + 1):
+        if all(r["test_accuracy"] >= target for r in evaluated[i : i + k]):
+            return int(evaluated[i]["round"])
+    return None
+
+
 def smoothed_accuracy(accuracies: Sequence[float], window: int, order: int) -> np.ndarray:
     """Return the Savitzky-Golay-smoothed curve (``scipy.signal.savgol_filter``, its default
     ``interp`` edges) of a test-accuracy curve; the curve itself when it has fewer than

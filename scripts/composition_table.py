@@ -22,6 +22,12 @@ P = 1 the first two starts are the same for every initializer) and averaged over
 session that never reaches it counting as its length + 1, and the transition accuracy is
 the churn paper's figure: the mean online accuracy over the 10 rounds after those session
 starts (``summary.json``'s ``transitions``).
+
+``--sustain K`` (not with ``--sessions``) adds a third reading of the rounds to the target:
+the first round from which the test accuracy stays at or above it for K evaluations in a row
+(:func:`fedflex.results.sustained_rounds_to_accuracy`), and, to show how far the raw first
+touch is a single noisy evaluation, the share of the 10 evaluations after it that are at or
+above the target.
 """
 
 from __future__ import annotations
@@ -36,11 +42,13 @@ from typing import Any, Optional
 
 import numpy as np
 
+from fedflex.results import sustained_rounds_to_accuracy
 from fedflex.study.compare import load_run, run_figures
 
 ALL4 = ("hics", "fedaware", "session", "fedprox")
 NAME = re.compile(r"^(?:(?P<where>.+),)?method=(?P<method>[^,]+),seed=(?P<seed>\d+)$")
 FIRST_SESSION = 2  # --sessions: figures over the session starts from the third on (0-based 2)
+AFTER_TOUCH = 10  # --sustain: evaluations after the raw first touch whose share at the target is shown
 
 
 def parts(method: str) -> tuple[str, ...]:
@@ -71,8 +79,17 @@ def session_figures(rows: list[dict[str, Any]], summary: dict[str, Any], target:
     }
 
 
+def after_first_touch(rows: list[dict[str, Any]], target: float) -> Optional[float]:
+    """Share of the ``AFTER_TOUCH`` evaluations after the first one at ``target`` that are at
+    or above it (None if the target is never reached or nothing is evaluated after it)."""
+    acc = [r["test_accuracy"] for r in rows if r.get("test_accuracy") is not None]
+    first = next((i for i, a in enumerate(acc) if a >= target), None)
+    after = acc[first + 1 : first + 1 + AFTER_TOUCH] if first is not None else []
+    return float(np.mean([a >= target for a in after])) if after else None
+
+
 def load(
-    root: Path, target: float, where: Optional[str] = None, sessions: bool = False
+    root: Path, target: float, where: Optional[str] = None, sessions: bool = False, sustain: Optional[int] = None
 ) -> dict[str, dict[int, dict[str, Any]]]:
     """method -> seed -> figures (completed runs only) plus the diagnostics."""
     out: dict[str, dict[int, dict[str, Any]]] = {}
@@ -89,6 +106,9 @@ def load(
             fig.update(session_figures(run.rows, run.summary or {}, target))
         else:
             fig = run_figures(run, target)
+            if sustain:
+                fig["rounds_to_target_sustained"] = sustained_rounds_to_accuracy(run.rows, target, sustain)
+                fig["after_first_touch"] = after_first_touch(run.rows, target)
         fig.update(diagnostics(run.rows, int(run.config.get("num_clients", 0))))
         fig["rounds"] = len(run.rows)
         out.setdefault(m["method"], {})[int(m["seed"])] = fig
@@ -151,13 +171,21 @@ SESSION_METRICS = (
 )
 
 
-def per_method_table(data: dict[str, dict[int, dict[str, Any]]], order: list[str], sessions: bool = False) -> str:
+def per_method_table(
+    data: dict[str, dict[int, dict[str, Any]]], order: list[str], sessions: bool = False, sustain: Optional[int] = None
+) -> str:
     second = ("transition_accuracy", "transition accuracy") if sessions else ("rounds_to_target_smoothed", "smoothed")
     first = "rounds to target after a session start, mean" if sessions else "rounds to target, raw"
+    extra = (
+        f" sustained {sustain} rounds (per seed) | mean raw / smoothed / sustained | at target in the"
+        f" {AFTER_TOUCH} rounds after the raw first touch (mean share) |"
+        if sustain
+        else ""
+    )
     lines = [
         f"| method | seeds | {first} (per seed) | {second[1]} (per seed) | last-10% accuracy (per seed) "
-        "| mean | e-LUDD |",
-        "|---|---|---|---|---|---|---|",
+        "| mean | e-LUDD |" + extra,
+        "|---|---|---|---|---|---|---|" + ("---|---|---|" if sustain else ""),
     ]
     for method in order:
         runs = data[method]
@@ -168,16 +196,37 @@ def per_method_table(data: dict[str, dict[int, dict[str, Any]]], order: list[str
 
         last = [runs[s]["last10_accuracy"] for s in seeds]
         elud = [runs[s]["e_ludd"] for s in seeds if runs[s]["e_ludd"] is not None]
-        lines.append(
+        line = (
             f"| {method} | {','.join(map(str, seeds))} | {col('rounds_to_target', 1 if sessions else 0)} | "
             f"{col(second[0], 3 if sessions else 0)} | {col('last10_accuracy')} | {fmt(float(np.mean(last)))} | "
             f"{fmt(float(np.mean(elud))) if elud else '-'} |"
         )
+        if sustain:
+            total = data[method][seeds[0]]["rounds"]
+
+            def mean_rounds(key: str, runs: dict[int, dict[str, Any]] = runs, total: int = total) -> str:
+                # a target never reached counts as the run's length + 1
+                return f"{float(np.mean([total + 1 if runs[s][key] is None else runs[s][key] for s in runs])):.1f}"
+
+            shares = [runs[s]["after_first_touch"] for s in seeds if runs[s]["after_first_touch"] is not None]
+            line += (
+                f" {col('rounds_to_target_sustained', 0)} | "
+                + " / ".join(
+                    mean_rounds(k)
+                    for k in ("rounds_to_target", "rounds_to_target_smoothed", "rounds_to_target_sustained")
+                )
+                + f" | {fmt(float(np.mean(shares)), 2) if shares else '-'} |"
+            )
+        lines.append(line)
     return "\n".join(lines)
 
 
-def versus_parts_table(data: dict[str, dict[int, dict[str, Any]]], order: list[str], sessions: bool = False) -> str:
+def versus_parts_table(
+    data: dict[str, dict[int, dict[str, Any]]], order: list[str], sessions: bool = False, sustain: Optional[int] = None
+) -> str:
     metrics = SESSION_METRICS if sessions else METRICS[:3]
+    if sustain and not sessions:
+        metrics = (*METRICS[:2], ("rounds_to_target_sustained", f"sustained {sustain}"), METRICS[2])
     lines = [
         "| composition | parts | paired seeds | beats every part on ("
         + " / ".join(label for _, label in metrics)
@@ -259,15 +308,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument(
         "--sessions", action="store_true", help="online accuracy, per session (a setting whose sessions recur)"
     )
+    ap.add_argument(
+        "--sustain",
+        type=int,
+        metavar="K",
+        help="also rounds to the target held for K evaluations in a row, and how often the raw first touch holds",
+    )
     args = ap.parse_args(argv)
-    data = load(args.root, args.target, args.where, args.sessions)
+    if args.sustain is not None and (args.sessions or args.sustain < 1):
+        ap.error("--sustain takes a K of at least 1 and does not go with --sessions")
+    data = load(args.root, args.target, args.where, args.sessions, args.sustain)
     if not data:
         print(f"no completed method=...,seed=... runs under {args.root}", file=sys.stderr)
         return 1
     order = [m for m in args.order.split(",") if m in data] if args.order else sorted(data)
     print(f"Target {args.target:g}; per-seed values in seed order.\n")
-    print(per_method_table(data, order, args.sessions) + "\n")
-    print(versus_parts_table(data, order, args.sessions) + "\n")
+    print(per_method_table(data, order, args.sessions, args.sustain) + "\n")
+    print(versus_parts_table(data, order, args.sessions, args.sustain) + "\n")
     print(mechanism_table(data, order, args.sessions) + "\n")
     print(diagnostics_table(data, order))
     return 0

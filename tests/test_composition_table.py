@@ -5,6 +5,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 spec = importlib.util.spec_from_file_location("composition_table", Path("scripts/composition_table.py"))
@@ -61,6 +62,39 @@ def test_a_composition_against_its_parts_paired_by_seed(tmp_path, capsys):
     assert cells[3].split(" / ")[0] == "1/2"  # raw rounds: seed 0 only
     assert cells[3].split(" / ")[2] == "1/2"  # last-10%: seed 0 only
     assert cells[4] == "+0.100, -0.100"
+
+
+def test_sustain_counts_rounds_held_at_the_target_and_how_often_the_first_touch_holds(tmp_path, capsys):
+    # 12 rounds, target 0.5. The pair: a spike at round 2, then at 0.5 from round 6 on ->
+    # raw 2, sustained (3 in a row) 6; of the 10 evaluations after round 2 (rounds 3-12)
+    # 7 are at the target (6-12): 0.7.
+    # hics: at the target from round 4 on -> raw 4, sustained 4, share 1.0 (rounds 5-12, 8 of 8).
+    # fedaware: spikes at rounds 1, 3, 5, 7, 9, 11 -> raw 1, never sustained (counts 13),
+    # share 5/10 (rounds 2-11).
+    pair = [0.1, 0.6, 0.1, 0.1, 0.1] + [0.6] * 7
+    hics = [0.1, 0.1, 0.1] + [0.55] * 9
+    aware = [0.6, 0.1] * 6
+    _run(tmp_path, "hics+fedaware", 0, pair)
+    _run(tmp_path, "hics", 0, hics)
+    _run(tmp_path, "fedaware", 0, aware)
+    assert ct.main([str(tmp_path), "--target", "0.5", "--sustain", "3", "--order", "hics+fedaware,hics,fedaware"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+
+    def cells(prefix):
+        return [c.strip() for c in next(x for x in lines if x.startswith(prefix)).strip("|").split("|")]
+
+    # (the mean smoothed rounds, the middle figure, are fedflex compare's and tested there)
+    means = {m: cells(f"| {m} | 0 |")[8].split(" / ") for m in ("hics+fedaware", "hics", "fedaware")}
+    assert cells("| hics+fedaware | 0 |")[7] == "6" and cells("| hics+fedaware | 0 |")[9] == "0.70"
+    assert (means["hics+fedaware"][0], means["hics+fedaware"][2]) == ("2.0", "6.0")
+    assert cells("| hics | 0 |")[7] == "4" and cells("| hics | 0 |")[9] == "1.00"
+    assert (means["hics"][0], means["hics"][2]) == ("4.0", "4.0")
+    assert cells("| fedaware | 0 |")[7] == "-" and cells("| fedaware | 0 |")[9] == "0.50"
+    assert (means["fedaware"][0], means["fedaware"][2]) == ("1.0", "13.0")
+    # against its parts: raw lost (2 vs fedaware's 1), sustained lost (6 vs hics' 4)
+    assert cells("| hics+fedaware | hics, fedaware")[3] == "0/1 / 0/1 / 0/1 / 1/1"
+    with pytest.raises(SystemExit):
+        ct.main([str(tmp_path), "--target", "0.5", "--sustain", "3", "--sessions"])
 
 
 def _session_run(root: Path, name: str, online: list[list[float]], transitions: list[float]) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from fedflex.launch.observers import StopRules
 from fedflex.loader import load_scenario
-from fedflex.results import smoothed_rounds_to_accuracy
+from fedflex.results import smoothed_rounds_to_accuracy, sustained_rounds_to_accuracy
 
 
 def _rows(accs):
@@ -30,6 +30,22 @@ def test_a_one_round_spike_reaches_the_raw_target_but_not_the_smoothed_one():
     accs[5] = 0.9  # round 6
     assert smoothed_rounds_to_accuracy(_rows(accs), 0.75, 13, 3, final_only=False) is None
     assert smoothed_rounds_to_accuracy(_rows(accs), 0.55, 13, 3, final_only=False) is not None
+
+
+def test_sustained_rounds_need_k_evaluations_in_a_row_at_the_target():
+    # 0.8 at rounds 3, 6, 7, 9, 10, 11: a one-round touch at 3, two in a row at 6-7,
+    # three in a row from 9
+    accs = [0.5, 0.7, 0.8, 0.6, 0.7, 0.8, 0.9, 0.7, 0.8, 0.85, 0.8, 0.6]
+    assert sustained_rounds_to_accuracy(_rows(accs), 0.8, 1) == 3  # the raw first touch
+    assert sustained_rounds_to_accuracy(_rows(accs), 0.8, 2) == 6
+    assert sustained_rounds_to_accuracy(_rows(accs), 0.8, 3) == 9
+    assert sustained_rounds_to_accuracy(_rows(accs), 0.8, 4) is None
+    # rounds without an evaluation are skipped, not counted as a break
+    rows = _rows(accs)
+    rows.insert(7, {"round": 7.5, "test_accuracy": None})
+    assert sustained_rounds_to_accuracy(rows, 0.8, 2) == 6
+    with pytest.raises(ValueError, match="at least 1"):
+        sustained_rounds_to_accuracy(rows, 0.8, 0)
 
 
 def _stops(overrides):
