@@ -25,9 +25,9 @@ starts (``summary.json``'s ``transitions``).
 
 ``--sustain K`` (not with ``--sessions``) adds a third reading of the rounds to the target:
 the first round from which the test accuracy stays at or above it for K evaluations in a row
-(:func:`fedflex.results.sustained_rounds_to_accuracy`), and, to show how far the raw first
-touch is a single noisy evaluation, the share of the 10 evaluations after it that are at or
-above the target.
+(``fedflex compare --sustain K``, :func:`fedflex.results.sustained_rounds_to_accuracy`),
+and, to show how far the raw first touch is a single noisy evaluation, the share of the 10
+evaluations after it that are at or above the target.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from typing import Any, Optional
 
 import numpy as np
 
-from fedflex.results import sustained_rounds_to_accuracy
 from fedflex.study.compare import load_run, run_figures
 
 ALL4 = ("hics", "fedaware", "session", "fedprox")
@@ -105,9 +104,8 @@ def load(
             fig = run_figures(dataclasses.replace(run, rows=online), None)
             fig.update(session_figures(run.rows, run.summary or {}, target))
         else:
-            fig = run_figures(run, target)
+            fig = run_figures(run, target, sustain=sustain)
             if sustain:
-                fig["rounds_to_target_sustained"] = sustained_rounds_to_accuracy(run.rows, target, sustain)
                 fig["after_first_touch"] = after_first_touch(run.rows, target)
         fig.update(diagnostics(run.rows, int(run.config.get("num_clients", 0))))
         fig["rounds"] = len(run.rows)

@@ -67,6 +67,13 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--target", type=float, help="report rounds to this test accuracy (raw and smoothed)")
     parser.add_argument(
+        "--sustain",
+        type=int,
+        metavar="K",
+        help="with --target: also rounds to it held for K evaluations in a row (a single noisy evaluation "
+        "does not count)",
+    )
+    parser.add_argument(
         "--metric", action="append", default=[], metavar="NAME", help="also plot this metrics.jsonl field (repeat)"
     )
     parser.add_argument(
@@ -187,6 +194,8 @@ def compare_command(args: argparse.Namespace) -> int:
         return _fail("compare of several directories: say where the tables and plots go with --out DIR")
     if args.target is not None and not 0 < args.target <= 1:
         return _fail(f"--target {args.target}: a test accuracy in (0, 1]")
+    if args.sustain is not None and (args.target is None or args.sustain < 1):
+        return _fail(f"--sustain {args.sustain}: a number of evaluations >= 1, with --target")
     if args.smooth < 3 or args.smooth % 2 == 0 or not 0 <= args.smooth_order < args.smooth:
         return _fail(f"--smooth {args.smooth} --smooth-order {args.smooth_order}: an odd window >= 3 above the order")
     by = [k for item in args.by for k in item.split(",") if k]
@@ -205,6 +214,7 @@ def compare_command(args: argparse.Namespace) -> int:
             args.smooth_order,
             fields,
             reference,
+            args.sustain,
         )
     except ConfigError as exc:
         return _fail(f"config error: {exc}")

@@ -34,7 +34,13 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 
 from fedflex.loader import alias_mapping
-from fedflex.results import read_metrics, rounds_to_accuracy, smoothed_rounds_to_accuracy, summarize
+from fedflex.results import (
+    read_metrics,
+    rounds_to_accuracy,
+    smoothed_rounds_to_accuracy,
+    summarize,
+    sustained_rounds_to_accuracy,
+)
 from fedflex.study import reference as ref
 from fedflex.study.runs import StudyError, flatten, is_execution_key, is_run_dir, read_summary, run_state
 
@@ -294,8 +300,11 @@ def run_figures(
     window: int = SMOOTH_WINDOW,
     order: int = SMOOTH_ORDER,
     fields: Sequence[str] = (),
+    sustain: Optional[int] = None,
 ) -> dict[str, Any]:
-    """One run's figures (the per-seed values a group's statistics are over)."""
+    """One run's figures (the per-seed values a group's statistics are over); with a target
+    and ``sustain`` K, also the rounds to it held for K evaluations in a row.
+    """
     headline = summarize(run.rows)
     wall = (run.summary or {}).get("run_wall_s")
     figures: dict[str, Any] = {
@@ -310,6 +319,8 @@ def run_figures(
         figures["rounds_to_target_smoothed"] = smoothed_rounds_to_accuracy(
             run.rows, target, window, order, final_only=run.stopped_early or run.state != "completed"
         )
+        if sustain:
+            figures["rounds_to_target_sustained"] = sustained_rounds_to_accuracy(run.rows, target, sustain)
     for path in fields:
         figures[path] = summary_value(run.summary, path)
     return figures
@@ -322,15 +333,20 @@ def table(
     order: int = SMOOTH_ORDER,
     fields: Sequence[str] = (),
     reference: Optional[dict[str, Any]] = None,
+    sustain: Optional[int] = None,
 ) -> list[dict[str, Any]]:
     """One dict per group: ``group``, the key values, ``n``, ``seeds``, ``rounds``, and per
     figure (and summary field) ``<name>_mean`` / ``_std`` / ``_ci_low`` / ``_ci_high``;
     with a target, ``rounds_to_target[_smoothed]_mean`` / ``_std`` / ``_median`` /
-    ``_reached``; with a reference, ``reference``: its columns for the group.
+    ``_reached`` (and ``rounds_to_target_sustained_*`` with ``sustain``); with a reference,
+    ``reference``: its columns for the group.
     """
     out = []
+    rounds_names = ["rounds_to_target", "rounds_to_target_smoothed"] + (
+        ["rounds_to_target_sustained"] if sustain else []
+    )
     for label, values, runs in study.groups:
-        per_run = [run_figures(r, target, window, order, fields) for r in runs]
+        per_run = [run_figures(r, target, window, order, fields, sustain) for r in runs]
         row: dict[str, Any] = {"group": label, **values, "n": len(runs)}
         row["seeds"] = [r.config.get("seed") for r in runs]
         row["rounds"] = sorted({len(r.rows) for r in runs})
@@ -338,7 +354,7 @@ def table(
             for stat, value in mean_interval([f[name] for f in per_run]).items():
                 row[f"{name}_{stat}"] = value
         if target is not None:
-            for name in ("rounds_to_target", "rounds_to_target_smoothed"):
+            for name in rounds_names:
                 reached = [f[name] for f in per_run if f[name] is not None]
                 stats = mean_interval(reached)
                 row[f"{name}_mean"], row[f"{name}_std"] = stats["mean"], stats["std"]
@@ -360,10 +376,11 @@ def compare(
     order: int = SMOOTH_ORDER,
     fields: Sequence[str] = (),
     reference: Optional[dict[str, Any]] = None,
+    sustain: Optional[int] = None,
 ) -> list[dict[str, Any]]:
     """Return the comparison table of the runs in ``dirs`` as data (see :func:`table`)."""
     study = group_runs([load_run(p) for p in find_runs(dirs)], by, include_incomplete)
-    return table(study, target, window, order, fields, reference)
+    return table(study, target, window, order, fields, reference, sustain)
 
 
 # ---------------------------------------------------------------------------- writing
@@ -398,11 +415,13 @@ def markdown(
     window: int = SMOOTH_WINDOW,
     fields: Sequence[str] = (),
     reference: Optional[dict[str, Any]] = None,
+    sustain: Optional[int] = None,
 ) -> str:
     """Return the table as Markdown, with the reference's source and the runs left out under it."""
     head = ["group", "n", "final acc", "best acc", "last-10% acc"]
     if target is not None:
         head += [f"rounds to {target:g}", f"rounds to {target:g} (smoothed, w={window})"]
+        head += [f"rounds to {target:g} (held {sustain})"] if sustain else []
     head += ["e-LUDD", "wall s", *fields]
     extra = ref.columns(reference) if reference else []
     head += extra
@@ -412,6 +431,7 @@ def markdown(
         cells += [_cell(row, name) for name in ("final_accuracy", "best_accuracy", "last10_accuracy")]
         if target is not None:
             cells += [_rounds_cell(row, "rounds_to_target"), _rounds_cell(row, "rounds_to_target_smoothed")]
+            cells += [_rounds_cell(row, "rounds_to_target_sustained")] if sustain else []
         cells += [_cell(row, "e_ludd"), _cell(row, "wall_s", 1)]
         cells += [_cell(row, name) for name in fields]
         cells += [_reference_cell(row.get("reference", {}).get(c)) for c in extra]
@@ -419,7 +439,8 @@ def markdown(
     lines.append("")
     lines.append(
         f"Mean ± sample std over the runs (seeds) of each group, [{CONFIDENCE:.0%} Student-t interval of the mean]; "
-        "rounds to target: mean ± std and median over the runs that reach it (reached/n)."
+        "rounds to target: mean ± std and median over the runs that reach it (reached/n)"
+        + (f"; held {sustain}: the first round of {sustain} evaluations in a row at or above it." if sustain else ".")
     )
     if extra:
         assert reference is not None  # extra columns come from it
@@ -509,6 +530,7 @@ def write_comparison(
     order: int = SMOOTH_ORDER,
     fields: Sequence[str] = (),
     reference: Optional[dict[str, Any]] = None,
+    sustain: Optional[int] = None,
 ) -> tuple[str, list[Path]]:
     """Write ``compare.md``, ``compare.csv`` and one PNG per metric (test accuracy first)
     into ``out``; returns the Markdown table and the files written.
@@ -534,8 +556,8 @@ def write_comparison(
     for path in fields:
         if all(summary_value(r.summary, path) is None for r in kept):
             raise StudyError(f"--field {path}: not a number in any compared run's summary.json")
-    rows = table(study, target, window, order, fields, reference)
-    text = markdown(rows, study, target, window, fields, reference)
+    rows = table(study, target, window, order, fields, reference, sustain)
+    text = markdown(rows, study, target, window, fields, reference, sustain)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = [out / TABLE_FILE, out / CSV_FILE]

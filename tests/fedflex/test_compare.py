@@ -234,6 +234,27 @@ def test_cli_prints_the_table_and_writes_into_the_directory(study_dir, capsys):
     assert (study_dir / "compare" / "compare.md").read_text() == out
 
 
+def test_sustain_counts_the_rounds_to_a_target_held_k_evaluations(study_dir, capsys):
+    # Target 0.555, held 3: hics seed 0 (0.40 + 0.01 t, a spike to 0.6 at round 5) touches
+    # it at round 5 but holds it from round 16 (0.56, 0.57, 0.58); seed 1 (0.45 + 0.01 t)
+    # from round 11 -> mean 13.5, sample std 5 / sqrt(2), against 8.0 raw. uniform's curves
+    # rise steadily: held = raw (6, 1, 1).
+    rows = {r["group"]: r for r in compare([study_dir], target=0.555, sustain=3)}
+    hics, uniform = rows["strategy.sampler.name=hics"], rows["strategy.sampler.name=uniform"]
+    assert hics["rounds_to_target_mean"] == pytest.approx(8.0)
+    assert hics["rounds_to_target_sustained_mean"] == pytest.approx(13.5)
+    assert hics["rounds_to_target_sustained_std"] == pytest.approx(5 / math.sqrt(2))
+    assert uniform["rounds_to_target_sustained_mean"] == pytest.approx(8 / 3)
+    assert "rounds_to_target_sustained_mean" not in compare([study_dir], target=0.555)[0]
+    # Execute: the command line
+    assert main(["compare", str(study_dir), "--target", "0.555", "--sustain", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "| rounds to 0.555 (held 3) |" in out
+    assert "| 13.5 ± 3.5, median 13.5 (2/2) |" in out
+    assert main(["compare", str(study_dir), "--sustain", "3"]) == 2
+    assert capsys.readouterr().err.strip() == "fedflex: --sustain 3: a number of evaluations >= 1, with --target"
+
+
 # ---------------------------------------------------------------------------- sweeps, fields, references
 def _index(root, points):
     """A sweep.json listing ``points`` (run name -> grid point) in this order."""
