@@ -146,13 +146,15 @@ def fmt(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
+def counted(value: Optional[float], rounds: int) -> float:
+    """Rounds to a target as compared and averaged: never reached counts as ``rounds`` + 1."""
+    return rounds + 1 if value is None else value
+
+
 def better(metric: str, a: Optional[float], b: Optional[float], rounds: int) -> bool:
-    """a strictly better than b (rounds to target: fewer; a target never reached counts as
-    rounds + 1)."""
+    """a strictly better than b (rounds to target: fewer; see :func:`counted`)."""
     if metric.startswith("rounds_to_target"):
-        a = rounds + 1 if a is None else a
-        b = rounds + 1 if b is None else b
-        return a < b
+        return counted(a, rounds) < counted(b, rounds)
     return a is not None and b is not None and a > b
 
 
@@ -200,11 +202,9 @@ def per_method_table(
             f"{fmt(float(np.mean(elud))) if elud else '-'} |"
         )
         if sustain:
-            total = data[method][seeds[0]]["rounds"]
 
-            def mean_rounds(key: str, runs: dict[int, dict[str, Any]] = runs, total: int = total) -> str:
-                # a target never reached counts as the run's length + 1
-                return f"{float(np.mean([total + 1 if runs[s][key] is None else runs[s][key] for s in runs])):.1f}"
+            def mean_rounds(key: str, runs: dict[int, dict[str, Any]] = runs) -> str:
+                return f"{float(np.mean([counted(r[key], r['rounds']) for r in runs.values()])):.1f}"
 
             shares = [runs[s]["after_first_touch"] for s in seeds if runs[s]["after_first_touch"] is not None]
             line += (
