@@ -9,7 +9,8 @@ Runs are the directories ``method=<name>,seed=<s>`` of a ``fedflex sweep`` over 
 ``method`` axis (scenarios/studies/composition_*.yaml); ``--where k=v,...`` takes the
 runs of one point of the sweep's other axes (``k=v,...,method=<name>,seed=<s>``). A method's parts are the names
 joined by ``+`` (``hics+fedaware``: hics and fedaware), a trailing ``-<mechanism>`` aside
-(``hics+fedaware-age10``: the same parts with a mechanism switched on); ``all4`` is hics,
+(``hics+fedaware-age10``: the same parts with a mechanism switched on), unless the study ran
+that hyphenated name alone (``hics+fedavgm-aware``: hics and fedavgm-aware); ``all4`` is hics,
 fedaware, session and fedprox (``all4-age10`` too). The figures per run come from ``fedflex compare``'s
 :func:`fedflex.study.compare.run_figures` (rounds to the target on the raw and the
 Savitzky-Golay-smoothed curve, the mean test accuracy over the last 10% of rounds, e-LUDD).
@@ -38,7 +39,7 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Collection, Optional
 
 import numpy as np
 
@@ -50,12 +51,15 @@ FIRST_SESSION = 2  # --sessions: figures over the session starts from the third 
 AFTER_TOUCH = 10  # --sustain: evaluations after the raw first touch whose share at the target is shown
 
 
-def parts(method: str) -> tuple[str, ...]:
-    """The single methods a composition is made of (one for a single method)."""
+def parts(method: str, methods: Collection[str] = ()) -> tuple[str, ...]:
+    """The single methods a composition is made of (one for a single method). A last name
+    that is itself one of ``methods`` (a method the study ran alone, such as
+    ``fedavgm-aware``) is a part, not a part with a mechanism."""
     if method.split("-")[0] == "all4":
         return ALL4
     names = method.split("+")
-    names[-1] = names[-1].split("-")[0] if "-" in names[-1] and len(names) > 1 else names[-1]
+    if len(names) > 1 and "-" in names[-1] and names[-1] not in methods:
+        names[-1] = names[-1].split("-")[0]
     return tuple(names)
 
 
@@ -232,7 +236,7 @@ def versus_parts_table(
         "|---|---|---|---|---|",
     ]
     for method in order:
-        ps = parts(method)
+        ps = parts(method, data)
         if len(ps) < 2 or any(p not in data for p in ps):
             continue
         seeds = sorted(set(data[method]).intersection(*(set(data[p]) for p in ps)))
@@ -263,7 +267,8 @@ def mechanism_table(data: dict[str, dict[int, dict[str, Any]]], order: list[str]
         "|---|---|---|---|---|---|",
     ]
     for method in order:
-        if "-" not in method.split("+")[-1]:
+        last = method.split("+")[-1]
+        if "-" not in last or (last in data and last != method):
             continue
         base = method.rsplit("-", 1)[0]
         if base not in data:

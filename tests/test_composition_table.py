@@ -40,6 +40,11 @@ def test_parts_of_a_name():
     assert ct.parts("all4") == ("hics", "fedaware", "session", "fedprox")
     assert ct.parts("all4-age10") == ("hics", "fedaware", "session", "fedprox")
     assert ct.parts("fedaware") == ("fedaware",)
+    # a hyphenated method that ran alone is a part, not a part with a mechanism
+    assert ct.parts("hics+fedavgm-aware", {"hics", "fedavgm-aware"}) == ("hics", "fedavgm-aware")
+    assert ct.parts("hics+fedavgm-aware") == ("hics", "fedavgm")
+    assert ct.parts("fedavgm-aware+session", {"fedavgm-aware"}) == ("fedavgm-aware", "session")
+    assert ct.parts("fedaware+session-reset", {"fedaware", "session"}) == ("fedaware", "session")
 
 
 def test_a_composition_against_its_parts_paired_by_seed(tmp_path, capsys):
@@ -166,3 +171,27 @@ def test_sessions_figures_are_per_session_on_the_online_labels(tmp_path, capsys)
     assert ct.main([str(tmp_path), "--target", "0.8", "--sessions", "--where", w]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| hics+session-drop | hics+"))
     assert [c.strip() for c in row.strip("|").split("|")][3] == "3.5 vs 2.0"
+
+
+def test_a_hyphenated_part_is_not_read_as_a_mechanism():
+    def run(rounds, acc):
+        return {"rounds_to_target": rounds, "rounds_to_target_smoothed": rounds, "last10_accuracy": acc, "rounds": 10}
+
+    data = {
+        "fedavgm-aware": {0: run(5, 0.70)},
+        "hics": {0: run(4, 0.72)},
+        "hics+fedavgm-aware": {0: run(3, 0.75)},
+        "fedavgm": {0: run(6, 0.69)},
+        "fedavgm-exclude": {0: run(7, 0.68)},
+    }
+    order = list(data)
+    table = ct.mechanism_table(data, order)
+    # fedavgm-exclude is fedavgm with a mechanism: 7 vs 6 rounds, 0.68 - 0.69
+    assert "| fedavgm-exclude | fedavgm | 0 | 7 vs 6 | -0.010 | -0.010 |" in table
+    # fedavgm-aware ran alone (against fedavgm, a mechanism row), and hics+fedavgm-aware is a
+    # pair of it, not hics+fedavgm with a mechanism
+    assert "| fedavgm-aware | fedavgm | 0 | 5 vs 6 | +0.010 | +0.010 |" in table
+    assert "| hics+fedavgm-aware |" not in table
+    pairs = ct.versus_parts_table(data, order)
+    # against hics and fedavgm-aware: 3 < 4, 5 rounds and 0.75 > 0.72, 0.70
+    assert "| hics+fedavgm-aware | hics, fedavgm-aware | 0 | 1/1 / 1/1 / 1/1 | +0.030 |" in pairs
