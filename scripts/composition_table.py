@@ -51,14 +51,20 @@ FIRST_SESSION = 2  # --sessions: figures over the session starts from the third 
 AFTER_TOUCH = 10  # --sustain: evaluations after the raw first touch whose share at the target is shown
 
 
+def has_mechanism(method: str, methods: Collection[str] = ()) -> bool:
+    """Whether ``method`` ends in a mechanism (``<composition>-<mechanism>``). A hyphenated
+    last name that is itself one of ``methods``, other than ``method`` (a method the study
+    ran alone, such as ``fedavgm-aware`` in ``hics+fedavgm-aware``), is a part."""
+    last = method.split("+")[-1]
+    return "-" in last and (last == method or last not in methods)
+
+
 def parts(method: str, methods: Collection[str] = ()) -> tuple[str, ...]:
-    """The single methods a composition is made of (one for a single method). A last name
-    that is itself one of ``methods`` (a method the study ran alone, such as
-    ``fedavgm-aware``) is a part, not a part with a mechanism."""
+    """The single methods a composition is made of (one for a single method)."""
     if method.split("-")[0] == "all4":
         return ALL4
     names = method.split("+")
-    if len(names) > 1 and "-" in names[-1] and names[-1] not in methods:
+    if len(names) > 1 and has_mechanism(method, methods):
         names[-1] = names[-1].split("-")[0]
     return tuple(names)
 
@@ -267,8 +273,7 @@ def mechanism_table(data: dict[str, dict[int, dict[str, Any]]], order: list[str]
         "|---|---|---|---|---|---|",
     ]
     for method in order:
-        last = method.split("+")[-1]
-        if "-" not in last or (last in data and last != method):
+        if not has_mechanism(method, data):
             continue
         base = method.rsplit("-", 1)[0]
         if base not in data:
