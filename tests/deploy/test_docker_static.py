@@ -3,19 +3,19 @@
 The compose files must describe the topology ``fedflex deploy local`` runs and the
 loopback tests exercise: their commands are compared with the command lines
 :mod:`fedflex.launch.deploy` builds and parsed with Flower 1.41's own argument parsers; the
-Dockerfile must copy only what exists and pin the flwr version of pyproject.toml; the
+Dockerfile must copy only what exists and pin the flwr of constraints.txt (the tested set); the
 TLS variant must mount exactly the files scripts/make_certs.sh writes.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
-import flwr
 import pytest
 import tomllib
 import yaml
@@ -63,8 +63,10 @@ def test_every_copy_source_exists_in_the_build_context():
     for word, args in _instructions(DOCKERFILE):
         if word not in ("COPY", "ADD"):
             continue
+        if args.startswith("--from=requirements "):
+            continue  # from the stage that reads pyproject's requirements, not the context
         parts = [p for p in shlex.split(args) if not p.startswith("--")]
-        assert "--from" not in args, "no multi-stage COPY --from expected"
+        assert "--from" not in args, "no other multi-stage COPY --from expected"
         for source in parts[:-1]:
             assert (ROOT / source).exists(), f"{word} {source}: not in the repository"
 
@@ -94,7 +96,9 @@ def test_dockerfile_pins_the_flwr_version_of_pyproject():
     args = dict(a.split("=", 1) for w, a in _instructions(DOCKERFILE) if w == "ARG" and "=" in a)
     pinned = Version(args["FLWR_VERSION"])
     assert pinned in _flwr_pin().specifier, f"FLWR_VERSION {pinned} outside pyproject's {_flwr_pin()}"
-    assert pinned == Version(flwr.__version__), "images would run another flwr than the one tested here"
+    pins = (ROOT / "constraints.txt").read_text().split()
+    tested = Version(next(p.removeprefix("flwr==") for p in pins if p.startswith("flwr==")))
+    assert pinned == tested, f"images would run flwr {pinned}, constraints.txt (the tested set) holds {tested}"
     installs = [a for w, a in _instructions(DOCKERFILE) if w == "RUN" and "flwr" in a]
     assert any('"flwr[simulation]==${FLWR_VERSION}"' in a for a in installs)
 
@@ -117,7 +121,39 @@ def test_default_image_gets_cpu_torch_and_checks_it():
     args = dict(a.split("=", 1) for w, a in _instructions(DOCKERFILE) if w == "ARG" and "=" in a)
     assert args["TORCH_VARIANT"] == "cpu" and args["TORCH_INDEX_URL"].endswith("/whl/cpu")
     runs = [a for w, a in _instructions(DOCKERFILE) if w == "RUN"]
-    assert any("-c /etc/torch-constraints.txt" in a and "torch.version.cuda is None" in a for a in runs)
+    installs = [i for i, a in enumerate(runs) if "pip install" in a]
+    pins = [i for i, a in enumerate(runs) if "> /etc/torch-constraints.txt" in a]
+    constrained = [i for i, a in enumerate(runs) if "-c /etc/torch-constraints.txt" in a]
+    checked = [i for i, a in enumerate(runs) if "torch.version.cuda is None" in a]
+    assert pins == installs[:1]  # the first install pins torch
+    assert constrained == installs[1:-1]  # the dependencies resolve against that pin
+    assert "--no-deps" in runs[installs[-1]] and checked == installs[-1:]  # fedflex alone, then the check
+
+
+def test_build_arguments_hold_no_changing_values():
+    # every ARG is part of the cache key of the layers after it: a value that changes from one
+    # build to the next (a random port, a date) would rebuild the pip layers every time
+    args = {a.split("=", 1)[0] for w, a in _instructions(DOCKERFILE) if w == "ARG"}
+    assert args == {"BASE_IMAGE", "FLWR_VERSION", "TORCH_INDEX_URL", "TORCH_VARIANT", "PIP_EXTRA_ARGS", "UID"}
+    for kind in COMPOSE:
+        build = _compose(kind)["services"]["superlink"]["build"]
+        assert build["args"] == {
+            "BASE_IMAGE": "${FEDFLEX_BASE_IMAGE:-python:3.11-slim}",
+            "PIP_EXTRA_ARGS": "${FEDFLEX_PIP_EXTRA_ARGS:-}",
+        }
+        assert build["network"] == "${FEDFLEX_BUILD_NETWORK:-default}"
+    script = (ROOT / "scripts" / "docker_e2e.sh").read_text()
+    assert "getsockname" not in script and "$RANDOM" not in script  # no random wheel-server port
+    assert 'FEDFLEX_PIP_EXTRA_ARGS="--no-index --find-links http://127.0.0.1:$wport/"' in script
+
+
+def test_dependencies_are_installed_before_the_code_is_copied():
+    # a change of fedflex's code reinstalls fedflex only, not torch or flwr
+    steps = [(w, a) for w, a in _instructions(DOCKERFILE)]
+    first_code = next(i for i, (w, a) in enumerate(steps) if w == "COPY" and a.startswith("fedflex "))
+    deps = next(i for i, (w, a) in enumerate(steps) if w == "RUN" and "-r /etc/fedflex-requirements.txt" in a)
+    assert deps < first_code
+    assert any(w == "RUN" and "pip install ${PIP_EXTRA_ARGS} --no-deps ." in a for w, a in steps[first_code:])
 
 
 # ------------------------------------------------------------------------------ entrypoint
@@ -306,3 +342,17 @@ def test_server_certificate_names_the_compose_service(tmp_path):
         text=True,
     ).stdout
     assert "DNS:superlink" in text and "IP Address:127.0.0.1" in text and "DNS:localhost" in text
+
+
+def test_image_scripts_are_executable():
+    # COPY keeps the mode of the build context: the entry point is exec'd directly
+    for name in ("entrypoint.sh", "pick-uid.sh", "install-compose-v2.sh"):
+        assert os.access(DOCKER / name, os.X_OK), f"docker/{name} is not executable (chmod +x)"
+    if shutil.which("git") and (ROOT / ".git").exists():
+        listed = subprocess.run(
+            ["git", "ls-files", "-s", "docker/"], cwd=ROOT, capture_output=True, text=True, check=False
+        ).stdout
+        for line in listed.splitlines():  # tracked ones: executable in git too
+            mode, *_, path = line.split()
+            if path.endswith(".sh"):
+                assert mode == "100755", f"{path}: git mode {mode}"
