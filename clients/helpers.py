@@ -1,15 +1,25 @@
 """Client halves of fedflex's methods for a Flower user's own training loop.
 
-The server halves (:mod:`strategies.named`: ``BHerd``, ``SCAFFOLD``, ``FedNova``,
+The server halves (:mod:`fedflex.strategies`: ``BHerd``, ``SCAFFOLD``, ``FedNova``,
 ``FedDyn``, ``FedCM``; Flower's own ``FedProx``) put what their clients need in the train
 message (the options under ``local-rule.*`` in ``config``, SCAFFOLD's ``scaffold-c``,
 FedCM's ``fedcm-delta``) and expect more than ``arrays`` and ``num-examples`` back
-(:data:`strategies.parts.RULE_REPLIES`). A helper here reads the message, hooks the
-optimiser steps of the user's model while the user's ``train()`` runs, and builds the
-reply; the method itself is fedflex's client code (:mod:`clients.bherd`,
-:mod:`clients.scaffold`, :mod:`clients.fednova`, :mod:`clients.feddyn`,
-:mod:`clients.fedcm`, FedProx's term in :class:`clients.train.StepTerms`), run around
-the user's loop instead of fedflex's::
+(:data:`strategies.parts.RULE_REPLIES`). The shortest way to send it is
+:func:`client_half`, under ``@app.train()`` over a train function written as Flower's
+quickstart writes it (2 changed lines; :func:`client_half_mod` is the same as a Flower
+mod)::
+
+    @app.train()
+    @client_half
+    def train(msg, context): ...  # unchanged
+
+It reads which method the message is for, finds the model the function trains at its
+first optimiser step, runs the method around every step and adds the method's records
+and metrics to the function's reply. The method itself is fedflex's client code
+(:mod:`clients.bherd`, :mod:`clients.scaffold`, :mod:`clients.fednova`,
+:mod:`clients.feddyn`, :mod:`clients.fedcm`, FedProx's term in
+:class:`clients.train.StepTerms`), run by one :class:`ClientHalf` per method, which a
+loop can also use itself::
 
     helper = BHerdClient.from_message(msg, model, context)
     with helper:  # every optimizer.step() on model's parameters goes through the method
@@ -24,25 +34,27 @@ FedProx's ``mu (w - w_global)``, FedDyn's ``-g_k + alpha (w - w_global)``, FedCM
 with the global momentum) or records it (BHerd) before the optimiser steps. The
 learning rate, momentum and weight decay are read from the optimiser.
 
-Mods: a Flower mod sees the message and the reply, not the optimiser's steps, so only
-FedNova fits one (:func:`fednova_mod`: the step count and momentum are watched through
-the same optimiser hook, the update is reply minus message); every other method changes
-or records each step's gradient and needs the helper around ``train()``.
+:func:`fednova_mod` is FedNova's older mod: it watches the steps the same way and takes
+the update as the reply's model minus the message's (every float array, buffers
+included).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections import OrderedDict
-from typing import Any, Callable, ClassVar, Mapping, Optional, TypeVar, cast
+from typing import Any, Callable, ClassVar, Mapping, Optional, TypeVar, Union, cast, overload
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from torch import nn
+from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from fedflex import keys
+from fedflex.arrays import numpy_to_record
 from fedflex.clients.bherd import DTYPES, GradientStore, flat_gradient, herd_reply
 from fedflex.clients.fedcm import FEDCM
 from fedflex.clients.feddyn import FEDDYN
@@ -125,7 +137,8 @@ class ClientHalf(OptimizerHook):
     Parameters
     ----------
     net
-        The model the user trains, holding the received global weights.
+        The model the user trains, holding the received global weights (None when
+        ``named`` is given).
     options
         The local rule's options as the server sent them.
     payload
@@ -133,6 +146,9 @@ class ClientHalf(OptimizerHook):
     state
         The node's persistent state (``context.state``), for methods that keep
         per-client state between rounds (SCAFFOLD's c_i, FedDyn's g_k).
+    named
+        The parameters the method acts on, by their state-dict names, in place of
+        ``net.named_parameters()`` (:func:`client_half` when it knows no module).
     """
 
     #: the method's name in messages to the user
@@ -144,14 +160,20 @@ class ClientHalf(OptimizerHook):
 
     def __init__(
         self,
-        net: nn.Module,
+        net: Optional[nn.Module],
         options: LocalRuleConfig,
         payload: Optional[dict[str, "OrderedDict[str, torch.Tensor]"]] = None,
         state: Optional[RecordDict] = None,
+        *,
+        named: Optional[Mapping[str, torch.Tensor]] = None,
     ) -> None:
+        if net is None and named is None:
+            raise ValueError(f"{type(self).__name__}: give the model (net) or its named parameters (named=)")
         self.net, self.options = net, options
         self.payload, self.state = payload or {}, state
-        self.named: "OrderedDict[str, torch.Tensor]" = OrderedDict(net.named_parameters())
+        self.named: "OrderedDict[str, torch.Tensor]" = OrderedDict(
+            named.items() if named is not None else cast(nn.Module, net).named_parameters()
+        )
         self._ids = {id(p) for p in self.named.values()}
         self.start = OrderedDict((k, p.detach().clone()) for k, p in self.named.items())
         self.settings: Optional[TrainSettings] = None
@@ -169,6 +191,15 @@ class ClientHalf(OptimizerHook):
             In one line, when the message is not from this method's server half, lacks
             a record it sends, or the method needs ``context`` and none is given.
         """
+        return cls(net, *cls.read_message(msg, context), **kwargs)
+
+    @classmethod
+    def read_message(
+        cls, msg: Message, context: Optional[Context] = None
+    ) -> tuple[LocalRuleConfig, dict[str, "OrderedDict[str, torch.Tensor]"], Optional[RecordDict]]:
+        """Return what the helper is built from: the options, the further records (name ->
+        tensors) and the node state; errors as :meth:`from_message`.
+        """
         config = msg.content.config_records.get(keys.CONFIG, ConfigRecord())
         options = cls.read_options(config)
         payload = payload_of(msg)
@@ -181,7 +212,7 @@ class ClientHalf(OptimizerHook):
                 f"{cls.__name__}: needs the node's Context (its state keeps the client's variables between rounds): "
                 f"{cls.__name__}.from_message(msg, net, context)"
             )
-        return cls(net, options, payload, context.state if context is not None else None, **kwargs)
+        return options, payload, context.state if context is not None else None
 
     @classmethod
     def read_options(cls, config: Mapping[str, Any]) -> LocalRuleConfig:
@@ -264,6 +295,8 @@ class ClientHalf(OptimizerHook):
         records, and ``metrics`` = the user's ``metrics`` + ``num-examples`` +
         ``num-steps`` + the method's metrics.
         """
+        if self.net is None:
+            raise ValueError(f"{type(self).__name__}: built without the model, it cannot build the reply's arrays")
         out = self.output(int(num_examples))
         content = reply_records(self.net, out)
         merged = {**(metrics or {}), keys.NUM_EXAMPLES: int(num_examples), keys.NUM_STEPS: self.num_steps}
@@ -510,3 +543,307 @@ def fednova_mod(msg: Message, context: Context, call_next: Callable[[Message, Co
     for key, value in {keys.NUM_STEPS: watch.num_steps, **out.metrics}.items():
         metrics[key] = value
     return reply
+
+
+# ---------------------------------------------------------------------------- the decorator and the mod
+#: a ClientApp's train function, as ``@app.train()`` registers it
+TrainFn = Callable[[Message, Context], Message]
+#: BHerd's declared local steps: a number, or a function of the train message and context
+Steps = Union[int, Callable[[Message, Context], int]]
+
+#: the client half of each local rule whose server half needs one (``local-rule.name`` -> helper)
+RULE_HALVES: dict[str, type[ClientHalf]] = {cls.rules[0]: cls for cls in HALVES.values()}
+
+
+def half_for(msg: Message, method: Optional[str] = None) -> Optional[type[ClientHalf]]:
+    """Return the helper class for a train message: the one of its ``local-rule.name``
+    (:class:`FedProxClient` for Flower's ``proximal-mu``), None for plain local training
+    (Flower's FedAvg and every strategy that needs no client half); with ``method`` (a
+    key of :data:`HALVES`, any case) that helper, whatever the message says.
+
+    Raises
+    ------
+    ValueError
+        In one line, for an unknown ``method`` or a local rule without a client half here.
+    """
+    if method is not None:
+        return _half_named(method)
+    config = msg.content.config_records.get(keys.CONFIG, ConfigRecord())
+    name = rule_options(config).name
+    if name == "sgd":
+        return FedProxClient if FLOWER_PROXIMAL_MU in config else None
+    if name not in RULE_HALVES:
+        raise ValueError(
+            f"client_half: the train message is for local rule {name!r}, which has no client half "
+            f"(there are: {', '.join(RULE_HALVES)})"
+        )
+    return RULE_HALVES[name]
+
+
+def _half_named(method: str) -> type[ClientHalf]:
+    by_name = {name.lower(): cls for name, cls in HALVES.items()}
+    if method.lower() not in by_name:
+        raise ValueError(f"client_half: no client half named {method!r}: use one of {', '.join(HALVES)}")
+    return by_name[method.lower()]
+
+
+class _TrainCall(OptimizerHook):
+    """One train call under :func:`client_half`: finds the model the call trains at the
+    first optimiser step on it, builds the method's :class:`ClientHalf` for it, runs the
+    half before every step of that optimiser, then adds the half's records and metrics
+    to the call's reply (:meth:`finish`).
+
+    The model is the ``nn.Module`` called during the train function (seen through
+    torch's global forward pre-hook until the first step) whose parameters include the
+    stepping optimiser's and whose parameter names and shapes are arrays of the message
+    (the root module, or a wrapped one inside it, e.g. ``torch.compile``'s). Without one
+    (a loop calling ``model.forward`` or a functional model), each of the optimiser's
+    parameters must equal exactly one of the message's arrays (they hold the received
+    weights until the first step). An optimiser that steps none of the received
+    arrays is left alone; any other is refused in one line.
+    """
+
+    def __init__(self, cls: type[ClientHalf], msg: Message, context: Context, steps: Optional[Steps]) -> None:
+        self.cls, self.msg = cls, msg
+        self.options, self.payload, self.state = cls.read_message(msg, context)
+        self.kwargs: dict[str, Any] = {}
+        if issubclass(cls, BHerdClient):
+            if steps is None and self.options.bherd.max_stored > 0:
+                raise ValueError(
+                    f"client_half(BHerd): the server bounds the stored gradients (bherd.max_stored="
+                    f"{self.options.bherd.max_stored}): declare the loop's local steps, "
+                    "@client_half(steps=lambda msg, context: epochs * batches_per_epoch)"
+                )
+            if steps is not None:
+                self.kwargs["steps"] = int(steps(msg, context) if callable(steps) else steps)
+        self.half: Optional[ClientHalf] = None
+        self.optimizer: Optional[torch.optim.Optimizer] = None
+        self.others: list[torch.optim.Optimizer] = []  # optimisers of other models, seen stepping
+        self.seen: list[nn.Module] = []
+        self._seen_ids: set[int] = set()
+        self._forward: Any = None
+
+    @property
+    def name(self) -> str:
+        """Return how errors name this call: ``client_half(<method>)``."""
+        return f"client_half({self.cls.method})"
+
+    # ------------------------------------------------------------------ hooks
+    def _saw(self, module: nn.Module, args: Any) -> None:
+        if id(module) not in self._seen_ids:
+            self._seen_ids.add(id(module))
+            self.seen.append(module)
+
+    def __enter__(self) -> "_TrainCall":
+        super().__enter__()
+        # not traced by torch.compile (a graph break at each call, until the first step)
+        self._forward = register_module_forward_pre_hook(torch.compiler.disable(self._saw))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop_watching()
+        super().__exit__(*exc)
+
+    def _stop_watching(self) -> None:
+        if self._forward is not None:
+            self._forward.remove()
+            self._forward = None
+        self.seen, self._seen_ids, self.others = [], set(), []
+
+    def accepts(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Return True for the optimiser that steps the received model (found at its first step)."""
+        if any(optimizer is other for other in self.others):
+            return False
+        if self.half is None:
+            return self._begin(optimizer)
+        if optimizer is self.optimizer:
+            return True
+        if self.half.accepts(optimizer):
+            raise ValueError(
+                f"{self.name}: a second optimizer ({type(optimizer).__name__}) stepped the model: the client "
+                "half follows one optimizer per train call (build it once, before the loop)"
+            )
+        return False
+
+    def on_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Run the method's work on this step (:meth:`ClientHalf.on_step`)."""
+        cast(ClientHalf, self.half).on_step(optimizer)
+
+    # ------------------------------------------------------------------ finding the model
+    def _begin(self, optimizer: torch.optim.Optimizer) -> bool:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        record = cast(ArrayRecord, self.msg.content[keys.ARRAYS])
+        shapes = {k: tuple(a.shape) for k, a in record.items()}
+        module = self._module({id(p) for p in params}, shapes)
+        named = None if module is not None else self._named_by_value(params, record)
+        if module is None and named is None:
+            self.others.append(optimizer)
+            return False
+        self._stop_watching()
+        self.half = self.cls(module, self.options, self.payload, self.state, named=named, **self.kwargs)
+        self.optimizer = optimizer
+        return True
+
+    def _module(self, ids: set[int], shapes: Mapping[str, tuple[int, ...]]) -> Optional[nn.Module]:
+        """Return the largest module called so far whose parameters are arrays of the
+        message (same names and shapes) and include some of the optimiser's.
+        """
+        best, size, covered = None, 0, set()
+        for root in self.seen:  # a root comes before the submodules it calls
+            for module in root.modules():
+                if id(module) in covered:
+                    continue
+                covered.add(id(module))
+                named = list(module.named_parameters())
+                if len(named) <= size or not any(id(p) in ids for _, p in named):
+                    continue
+                if all(shapes.get(k) == tuple(p.shape) for k, p in named):
+                    best, size = module, len(named)
+        return best
+
+    def _named_by_value(
+        self, params: list[torch.Tensor], record: ArrayRecord
+    ) -> Optional["OrderedDict[str, torch.Tensor]"]:
+        """Return the optimiser's parameters under the names of the message's arrays they
+        equal (None when none equals any); refuse when one matches none or several.
+        """
+        received = record.to_torch_state_dict()
+        found: dict[str, torch.Tensor] = {}
+        unclear = 0
+        for p in params:
+            value = p.detach().cpu()
+            hits = [
+                k
+                for k, v in received.items()
+                if v.shape == value.shape and v.dtype == value.dtype and torch.equal(v, value)
+            ]
+            if len(hits) == 1 and hits[0] not in found:
+                found[hits[0]] = p
+            else:
+                unclear += 1
+        if not found:
+            return None
+        if unclear:
+            raise ValueError(
+                f"{self.name}: cannot tell the names of {unclear} of the optimizer's {len(params)} parameters (no "
+                "nn.Module named like the message's arrays was called, and they equal no received array or "
+                "several): call the model as model(x) in train()"
+            )
+        return OrderedDict((k, found[k]) for k in received if k in found)
+
+    # ------------------------------------------------------------------ the reply
+    def finish(self, reply: Message) -> Message:
+        """Return ``reply`` with the method's records, ``num-steps`` and its metrics added
+        (an error reply unchanged).
+
+        Raises
+        ------
+        ValueError
+            When the train function took no step on the received model.
+        """
+        if reply.has_error():
+            return reply
+        if self.half is None:
+            raise ValueError(
+                f"{self.name}: the train function took no optimizer step on the received model, so there is "
+                f"nothing for {self.cls.method}'s reply (no training data?)"
+            )
+        content = reply.content
+        if keys.METRICS not in content.metric_records:
+            content[keys.METRICS] = MetricRecord()
+        metrics = content.metric_records[keys.METRICS]
+        out = self.half.output(int(cast(int, metrics.get(keys.NUM_EXAMPLES, 0))))
+        records = {keys.ARRAYS: out.arrays} if out.arrays is not None else {}
+        for name, tensors in {**records, **out.extras}.items():
+            content[name] = numpy_to_record({k: v.detach().cpu().numpy() for k, v in tensors.items()})
+        metrics[keys.NUM_STEPS] = self.half.num_steps
+        for key, value in out.metrics.items():
+            metrics[key] = value
+        return reply
+
+
+def _train_with_half(
+    msg: Message, context: Context, call_next: TrainFn, method: Optional[str] = None, steps: Optional[Steps] = None
+) -> Message:
+    if msg.metadata.message_type.split(".")[0] != MessageType.TRAIN:
+        return call_next(msg, context)
+    cls = half_for(msg, method)
+    if cls is None:
+        return call_next(msg, context)
+    with _TrainCall(cls, msg, context, steps) as call:
+        reply = call_next(msg, context)
+    return call.finish(reply)
+
+
+@overload
+def client_half(func: TrainFn, /) -> TrainFn: ...
+
+
+@overload
+def client_half(method: Optional[str] = None, /, *, steps: Optional[Steps] = None) -> Callable[[TrainFn], TrainFn]: ...
+
+
+def client_half(
+    func_or_method: Union[TrainFn, str, None] = None, /, *, steps: Optional[Steps] = None
+) -> Union[TrainFn, Callable[[TrainFn], TrainFn]]:
+    """Give a ClientApp's train function the client half its server's method needs.
+
+    Placed under ``@app.train()``, over a train function written as Flower's quickstart
+    writes it (load the message's ``arrays`` into a model, train it with a torch
+    optimiser, reply with ``arrays`` and ``metrics``)::
+
+        @app.train()
+        @client_half
+        def train(msg, context): ...
+
+    The method is the one the train message is for (``local-rule.name``; Flower's
+    ``proximal-mu``: FedProx); a message that needs none (Flower's FedAvg, ...) runs the
+    function unchanged. While the function runs, every step of the optimiser that
+    trains the received model goes through the method (:class:`ClientHalf`:
+    SCAFFOLD's, FedProx's, FedDyn's and FedCM's gradient terms, BHerd's recorded
+    gradients, FedNova's step count), and the reply gets the method's records,
+    ``num-steps`` and its metrics; the reply's ``arrays`` and the function's own
+    metrics are kept. How the model is found: :class:`_TrainCall`.
+
+    Parameters
+    ----------
+    func_or_method
+        The train function (``@client_half``), or the name of the method the function
+        serves (``@client_half("BHerd")``, a key of :data:`HALVES`): a message for
+        another method is then refused.
+    steps
+        BHerd only, needed when the server bounds the stored gradients
+        (``bherd.max_stored`` > 0): the loop's local steps, or a function of the train
+        message and context that returns them.
+
+    Raises
+    ------
+    ValueError
+        In one line, at the call: a message for a local rule without a client half, a
+        missing record, a second optimiser stepping the model, a non-SGD optimiser for
+        BHerd / FedNova / FedCM, no step on the received model, parameters whose names
+        cannot be told.
+    """
+    if callable(func_or_method):
+        return _with_half(func_or_method, None, None)
+    method = func_or_method
+    if method is not None:
+        _half_named(method)  # a bad name fails here, not at the first message
+    return lambda func: _with_half(func, method, steps)
+
+
+def _with_half(func: TrainFn, method: Optional[str], steps: Optional[Steps]) -> TrainFn:
+    @functools.wraps(func)
+    def train(msg: Message, context: Context) -> Message:
+        return _train_with_half(msg, context, func, method, steps)
+
+    return train
+
+
+def client_half_mod(msg: Message, context: Context, call_next: TrainFn) -> Message:
+    """:func:`client_half` as a Flower mod, for a train function left as it is:
+    ``@app.train(mods=[client_half_mod])`` or ``ClientApp(mods=[client_half_mod])``
+    (messages other than TRAIN pass through). Flower applies mods at the ClientApp,
+    so the mod takes no ``steps=`` (BHerd with ``bherd.max_stored``: use the decorator).
+    """
+    return _train_with_half(msg, context, call_next)

@@ -496,8 +496,9 @@ def _moved(part: str, section: str, **names: str) -> dict[str, tuple[str, ...]]:
 
 
 #: The one table of old (flat) option keys -> their new keys, read for one more release
-#: with a warning (:func:`fedflex.loader.load_scenario`, the named strategies'
-#: keywords). ``strategy.aggregator.aware`` is old only as a boolean.
+#: with a warning by :func:`fedflex.loader.load_scenario` (the named strategies no longer
+#: take the flat keywords; their error message names the new spelling from this table).
+#: ``strategy.aggregator.aware`` is old only as a boolean.
 ALIASES: dict[str, tuple[str, ...]] = {
     **_moved("sampler", "uniform", weighted="weighted"),
     **_moved(

@@ -41,7 +41,13 @@ from fedflex.strategies.optimizers import (
 from fedflex.strategies.parts import Aggregator, Initializer, ModelInfo, Sampler, ServerRule
 from fedflex.strategies.powd import PowDSampler
 from fedflex.strategies.replies import MB, ReplyLimits
-from fedflex.strategies.robust import BulyanAggregator, KrumAggregator, MedianAggregator, TrimmedMeanAggregator
+from fedflex.strategies.robust import (
+    BulyanAggregator,
+    KrumAggregator,
+    MedianAggregator,
+    TrimmedMeanAggregator,
+    clip_refusal,
+)
 from fedflex.strategies.scaffold import ScaffoldServer
 from fedflex.strategies.session_init import AverageInitializer, SessionAwareInitializer
 from fedflex.strategies.strategy import FedFlex
@@ -273,12 +279,9 @@ def _check_robust(cfg: ScenarioConfig) -> None:
             f"{s.local_rule.name} averages what every client sends outside the aggregator, so one hostile "
             "reply would still steer the model",
         )
-    if a.clip_norm is not None and (a.name == "bherd" or s.local_rule.name == "fednova"):
-        if a.name == "bherd":
-            part = "aggregator bherd steps with the clients' gradient sums"
-        else:
-            part = "local rule fednova rebuilds every model from its fednova-d record"
-        raise ConfigError("strategy.aggregator.clip_norm", a.clip_norm, f"{part}, not the clipped model; leave it null")
+    unprotected = clip_refusal(a.name, s.local_rule.name)  # clip_norm also clips SCAFFOLD's records
+    if a.clip_norm is not None and unprotected:
+        raise ConfigError("strategy.aggregator.clip_norm", a.clip_norm, f"{unprotected}; leave it null")
     need = {"krum": 2 * f + 3, "multikrum": 2 * f + 3, "bulyan": 4 * f + 3}
     if a.name in need and k < need[a.name]:
         rule = "4f + 3" if a.name == "bulyan" else "2f + 3"

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
-from logging import DEBUG, WARNING
+from logging import DEBUG, INFO, WARNING
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -204,6 +204,7 @@ class AwareCore:
         self.gram = np.zeros((0, 0))
         self.has = np.zeros(num_clients, dtype=bool)
         self.warm = False  # warm-up over (latched)
+        self._stuck_warned = False  # "the warm-up cannot end in this run" said
         self.keys: list[str] = []
         self.total_dim = 0
         self.offset = 0  # first flat index of the stored part
@@ -296,10 +297,15 @@ class AwareCore:
         """Forget every momentum and warm up again."""
         self.forget(np.flatnonzero(self.has))
         self.warm = False
+        self._stuck_warned = False
 
     # ------------------------------------------------------------------ round
     def direction(
-        self, global_arrays: Arrays, updates: list[ClientUpdate], online: Optional[np.ndarray] = None
+        self,
+        global_arrays: Arrays,
+        updates: list[ClientUpdate],
+        online: Optional[np.ndarray] = None,
+        rounds_left: Optional[int] = None,
     ) -> Optional[np.ndarray]:
         """Update the momenta with this round's uploads; the AWARE direction, or None.
 
@@ -311,6 +317,9 @@ class AwareCore:
             The round's replies; each row goes to ``u.client`` (never reordered).
         online
             Client ids online this round (None: unknown, everyone counts as online).
+        rounds_left
+            Rounds of the run after this one (None: unknown); the warm-up that cannot
+            end in them is warned about once.
 
         Returns
         -------
@@ -347,8 +356,16 @@ class AwareCore:
             if self.warmup and not self.has[needed].all():
                 self.metrics["aware_phase"] = "warmup"
                 self.metrics["aware_solve_s"] = time.perf_counter() - t0
+                self._warn_stuck(int((needed & ~self.has).sum()), ids.size, rounds_left)
                 return None
             self.warm = True
+            log(
+                INFO,
+                "fedaware: warm-up over after %d aggregation(s): %d client(s) have a momentum; "
+                "min-norm weights from now on",
+                self.step,
+                int(self.has.sum()),
+            )
         active = self.has if (self.departed != "exclude" or online_mask is None) else self.has & online_mask
         age = self.step - self.refreshed
         if self.max_age is not None:
@@ -388,6 +405,23 @@ class AwareCore:
             aware_solve_s=time.perf_counter() - t0,
         )
         return d
+
+    def _warn_stuck(self, missing: int, per_round: int, rounds_left: Optional[int]) -> None:
+        """Warn once when the warm-up cannot end in the rounds left: more online clients
+        lack a momentum than the run can still sample (at this round's reply count).
+        """
+        if self._stuck_warned or rounds_left is None or missing <= per_round * rounds_left:
+            return
+        self._stuck_warned = True
+        log(
+            WARNING,
+            "fedaware: the warm-up cannot end in this run: %d online client(s) were never sampled (no "
+            "momentum) and at most %d more reply in the %d round(s) left; until it ends the aggregation "
+            "is FedAvg (AwareOptions(warmup=False) steers from the first round)",
+            missing,
+            per_round * rounds_left,
+            rounds_left,
+        )
 
     def _sampled_direction(self, weights: np.ndarray, grads: np.ndarray, updates: list[ClientUpdate]) -> np.ndarray:
         """last-layers: lambda restricted to this round's clients, over their full uploads."""
@@ -455,6 +489,14 @@ def _online(ctx: Optional[RoundContext], server_round: int) -> Optional[np.ndarr
     return np.asarray(facts.online, dtype=np.int64)
 
 
+def _rounds_left(ctx: Optional[RoundContext], server_round: int) -> Optional[int]:
+    """Return the rounds of the run after ``server_round``, when the strategy tells."""
+    facts = ctx.facts if ctx is not None else None
+    if facts is None or facts.num_rounds is None:
+        return None
+    return max(facts.num_rounds - server_round, 0)
+
+
 def _step(global_arrays: Arrays, direction: np.ndarray, factor: float, updates: list[ClientUpdate]) -> Arrays:
     """Return x + factor * direction over the float entries (dtype kept); others from the first reply."""
     out: Arrays = OrderedDict()
@@ -504,7 +546,9 @@ class FedAwareAggregator(Aggregator):
 
     def aggregate(self, server_round: int, global_arrays: Arrays, updates: list[ClientUpdate]) -> Arrays:
         """Return the next global model from the global model and the round's replies."""
-        d = self.core.direction(global_arrays, updates, _online(self.ctx, server_round))
+        d = self.core.direction(
+            global_arrays, updates, _online(self.ctx, server_round), _rounds_left(self.ctx, server_round)
+        )
         self._metrics = dict(self.core.metrics)
         if d is None:
             new = self.fedavg.aggregate(server_round, global_arrays, updates)
@@ -579,7 +623,9 @@ class AwarePlugin(PartWrapper, Aggregator):
 
     def aggregate(self, server_round: int, global_arrays: Arrays, updates: list[ClientUpdate]) -> Arrays:
         """Return the next global model from the global model and the round's replies."""
-        d = self.core.direction(global_arrays, updates, _online(self.ctx, server_round))
+        d = self.core.direction(
+            global_arrays, updates, _online(self.ctx, server_round), _rounds_left(self.ctx, server_round)
+        )
         base_new = self.base.aggregate(server_round, global_arrays, updates)
         self._metrics = dict(self.base.round_metrics())
         self._metrics.update(self.core.metrics)

@@ -25,7 +25,7 @@ import numpy as np
 from fedflex import keys
 from fedflex.arrays import is_float
 from fedflex.config import LocalRuleConfig
-from fedflex.strategies.parts import Arrays, ClientUpdate, ModelStateRule
+from fedflex.strategies.parts import Arrays, ClientHalfCheck, ClientUpdate, ModelStateRule
 
 
 def fedcm_delta(updates: list[Arrays], steps: list[int], start: Arrays, lr: float) -> Arrays:
@@ -51,6 +51,11 @@ class FedCMServer(ModelStateRule):
 
     def __init__(self, lr: float, reset_on_switch: bool = False, options: Optional[LocalRuleConfig] = None) -> None:
         super().__init__(reset_on_switch, options)
+        self.plain_check = ClientHalfCheck(
+            "FedCM",
+            "@fedflex.clients.helpers.client_half under your @app.train()",
+            "the momentum Delta stays 0 and FedCM is FedAvg",
+        )
         self.lr = lr
 
     def train_payload(self, server_round: int) -> dict[str, Arrays]:
@@ -66,6 +71,7 @@ class FedCMServer(ModelStateRule):
         """Learn from the round's replies (data sizes, update statistics)."""
         if not updates:
             return
+        self.plain_check(updates)
         steps = [int(u.metrics.get(keys.NUM_STEPS, 0)) for u in updates]
         self.delta = fedcm_delta([u.arrays for u in updates], steps, global_arrays, self.round_lr(self.lr))
 

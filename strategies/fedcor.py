@@ -55,7 +55,7 @@ the ``warmup + 1`` first rounds and in 2 of every ``refresh`` rounds afterwards.
 
 from __future__ import annotations
 
-from logging import DEBUG, WARNING
+from logging import DEBUG, INFO, WARNING
 from typing import Any, Optional
 
 import numpy as np
@@ -246,6 +246,14 @@ class FedCorSampler(Sampler):
     def _query(self, server_round: int, online: np.ndarray) -> None:
         if self.ctx is None:
             raise RuntimeError("fedcor needs the strategy's context (bind the sampler first)")
+        if self.last_query is None:
+            log(
+                INFO,
+                "fedcor: round %d: %d online client(s) report their loss on the global model (a QUERY to "
+                "fedflex's ClientApp, an EVALUATE message to any other), the Gaussian process's data",
+                server_round,
+                len(online),
+            )
         losses = query_losses(self.ctx, server_round, online, self.sizes)
         if len(losses) < len(online):
             log(
@@ -275,6 +283,8 @@ class FedCorSampler(Sampler):
         # a client that missed a query: its mean observed change (every column has one)
         y = np.where(np.isnan(y), np.nanmean(y, axis=0), y)
         mu, w, s2 = fit_ppca(y, self.rank)
+        if self.fit is None:
+            log(INFO, "fedcor: the Gaussian process is fit on %d client(s) and chooses from now on", len(clients))
         self.fit = (clients, mu, w, s2)
         self.picked = {}
 

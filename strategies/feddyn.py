@@ -26,7 +26,7 @@ import numpy as np
 
 from fedflex.arrays import is_float
 from fedflex.config import LocalRuleConfig
-from fedflex.strategies.parts import Arrays, ClientUpdate, ModelStateRule
+from fedflex.strategies.parts import Arrays, ClientHalfCheck, ClientUpdate, ModelStateRule
 
 
 def feddyn_h(h: Arrays, updates: list[Arrays], start: Arrays, alpha: float, num_clients: int) -> Arrays:
@@ -52,6 +52,11 @@ class FedDynServer(ModelStateRule):
         self, num_clients: int, reset_on_switch: bool = False, options: Optional[LocalRuleConfig] = None
     ) -> None:
         super().__init__(reset_on_switch, options)
+        self.plain_check = ClientHalfCheck(
+            "FedDyn",
+            "@fedflex.clients.helpers.client_half under your @app.train()",
+            "the clients train without the dynamic regulariser and FedDyn is FedAvg shifted by h / alpha",
+        )
         self.num_clients = num_clients
 
     @property
@@ -63,6 +68,7 @@ class FedDynServer(ModelStateRule):
         """Learn from the round's replies (data sizes, update statistics)."""
         if not updates:
             return
+        self.plain_check(updates)
         self.h = feddyn_h(self.h, [u.arrays for u in updates], global_arrays, self.alpha, self.num_clients)
         for u in updates:
             arrays = OrderedDict(u.arrays)

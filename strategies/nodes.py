@@ -22,23 +22,34 @@ counts only if the public key it authenticated with (``Grid.get_nodes()``) is th
 bound to the claimed partition id; a node that fails the check is refused (logged as an
 error once) and not asked again while it stays connected.
 
-Any Flower ClientApp works without the QUERY: with ``identify="node-id"`` no node is
-asked, and each node id gets the next free client id (0, 1, 2, ... in order of first
-appearance, kept for that node id while the run lasts); with ``identify="auto"`` nodes are
-asked, and a node that answers with an error (a ClientApp without a query function, such
-as Flower's quickstart) or without a ``partition-id`` is identified by its node id the
-same way. ``identify="partition-id"`` (fedflex's scenarios and deployments) only takes
-partition ids.
+Every refusal (a key that does not match, a client id a live node serves, one outside
+the scenario's, a node past the last free id) is logged once, on Flower's logger (the
+one a deployment's run log, ``flwr log`` and the console carry, and ``run.log``), and
+kept for the results: :meth:`NodeDirectory.refusals` (``refused_nodes`` in summary.json)
+and :meth:`NodeDirectory.shortfall` (the bound nodes that never trained).
+
+Only ``identify="partition-id"`` (fedflex's scenarios and deployments, where fedflex's
+ClientApp is known to answer) sends the QUERY. The other modes send nothing a Flower
+ClientApp without a query function (Flower's quickstart) would have to answer:
+
+- ``"node-id"``: each node id gets the next free client id (0, 1, 2, ... in order of
+  first appearance, kept for that node id while the run lasts);
+- ``"auto"`` (the Flower strategies' default): in Flower's simulation (and fedflex's
+  in-process grid) node i of the registration order is client id i, which is the
+  ``partition-id`` Flower's simulation gives that node; elsewhere (a deployment) as
+  ``"node-id"``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from logging import ERROR, WARNING
 from typing import Any, Callable, Iterable, Mapping, Optional, cast
 
 import numpy as np
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.common import log
 from flwr.serverapp import Grid
 
 from fedflex import keys
@@ -75,6 +86,7 @@ class NodeDirectory:
         #: partition id -> key fingerprint (None: a node's claim is taken as it is)
         self.bindings: Optional[dict[int, str]] = None
         self.refused: dict[int, int] = {}  # live node -> the client id it claimed against the binding
+        self._refusals: list[dict[str, Any]] = []  # every refusal of the run, once (node, client, reason)
         self._public_keys: dict[int, bytes] = {}
         self._registering_since: Optional[float] = None
         #: node id -> client id of the nodes identified by their node id (kept after they leave)
@@ -110,7 +122,9 @@ class NodeDirectory:
             and n not in self.refused
             and now - self.unanswered.get(n, -float("inf")) >= self.retry_after
         ]
-        if new and self.identify == "node-id":
+        if new and self.identify == "auto":
+            new = self._number_by_registration(grid, new)
+        if new and self.identify in ("node-id", "auto"):
             for node in new:
                 self._add_by_node_id(node)
             new = []
@@ -134,14 +148,12 @@ class NodeDirectory:
         likewise. The order is confirmed by asking a few random nodes; on any mismatch, or
         on another grid, every node is asked. Returns the nodes still to identify.
         """
-        if type(grid).__name__ == "LocalGrid":
-            order = list(cast(Any, grid).registration_order())  # LocalGrid's own method
+        order = registration_order(grid)
+        if type(grid).__name__ == "LocalGrid" and order is not None:
             if len(order) != self.num_clients or set(new) - set(order):
                 return new
             return self._take_order(grid, new, order)
-        state = getattr(grid, "state", None)
-        order = list(getattr(state, "nodes", {}) or {})
-        if type(grid).__name__ != "InMemoryGrid" or set(new) - set(order):
+        if order is None or set(new) - set(order):
             return new
         if len(order) < self.num_clients:
             # Flower is still registering the simulated nodes: wait for all of them
@@ -154,6 +166,22 @@ class NodeDirectory:
         if len(order) != self.num_clients:
             return new
         return self._take_order(grid, new, order)
+
+    def _number_by_registration(self, grid: Grid, new: list[int]) -> list[int]:
+        """``identify="auto"``: in Flower's simulation (``InMemoryGrid``) and fedflex's
+        ``LocalGrid`` the i-th registered node is client id i (its ``partition-id``), with
+        no message sent; returns the nodes still to number (all of them on another grid,
+        or when the registered nodes are not exactly ``num_clients``).
+        """
+        order = registration_order(grid)
+        if order is None or len(order) != self.num_clients or set(new) - set(order):
+            return new
+        position = {node: i for i, node in enumerate(order)}
+        for node in new:
+            if node not in self.by_node_id:
+                self.by_node_id[node] = position[node]  # kept if it leaves and comes back
+                self._add(node, position[node])
+        return []
 
     def _take_order(self, grid: Grid, new: list[int], order: list[int]) -> list[int]:
         """``order[i]`` serves client id ``i``, confirmed by asking a few of ``new``."""
@@ -210,17 +238,12 @@ class NodeDirectory:
             node = reply.metadata.src_node_id
             if reply.has_error() or not _says_partition_id(reply):
                 why = reply.error.reason if reply.has_error() else f"no {keys.PARTITION_ID} in its reply"
-                if self.identify == "auto" and self.bindings is None:
-                    logger.info("node %d says no partition id (%s): identified by its node id", node, why)
-                    if self._add_by_node_id(node):
-                        answered.add(node)
-                else:
-                    logger.warning("node %d did not say its client id: %s", node, why)
+                logger.warning("node %d did not say its client id: %s", node, why)
                 continue
             client = int(cast(Mapping[str, Any], reply.content[keys.CONFIG])[keys.PARTITION_ID])
             problem = self._key_problem(node, client)
             if problem:
-                logger.error("node %d claims client id %d: refused, %s", node, client, problem)
+                self._refuse(node, client, problem)
                 self.refused[node] = client
                 answered.add(node)
                 continue
@@ -232,6 +255,44 @@ class NodeDirectory:
         for node in answered:
             self.unanswered.pop(node, None)
         logger.info("identified %d new node(s); %d client id(s) online", len(answered), len(self.client_to_node))
+
+    def _refuse(
+        self, node: int, client: Optional[int], reason: str, level: int = ERROR, said: Optional[str] = None
+    ) -> None:
+        """Log a refused claim once (on Flower's logger, which a deployment's run log and
+        console carry; ``said``: the line's start) and keep it for :meth:`refusals`.
+        """
+        entry = {"node": node, "client": client, "reason": reason}
+        if entry in self._refusals:
+            return
+        self._refusals.append(entry)
+        claim = "a client id" if client is None else f"client id {client}"
+        log(level, "%s, %s", said or f"node {node} claims {claim}: refused", reason)
+
+    def refusals(self) -> list[dict[str, Any]]:
+        """Return every refused claim of the run, in order, once each: ``node``, the
+        ``client`` id it claimed (None: it claimed none) and the ``reason`` (for
+        summary.json's ``refused_nodes``).
+        """
+        return [dict(entry) for entry in self._refusals]
+
+    def shortfall(self, trained: Iterable[int]) -> Optional[str]:
+        """Say which partition ids bound to node keys never trained (``trained``: the
+        client ids whose replies were aggregated), with the refusals; None when every bound
+        id trained or no key binding is in force.
+        """
+        if self.bindings is None:
+            return None
+        bound = sorted(self.bindings)
+        done = set(int(c) for c in trained)
+        missing = [c for c in bound if c not in done]
+        if not missing:
+            return None
+        why = "; ".join(f"node {r['node']} refused: {r['reason']}" for r in self._refusals[:3])
+        return (
+            f"{len(bound) - len(missing)} of the {len(bound)} nodes bound to partition ids trained "
+            f"(never: partition id {', '.join(map(str, missing))})" + (f"; {why}" if why else "")
+        )
 
     def _key_problem(self, node: int, client: int) -> Optional[str]:
         """Why ``node`` may not serve ``client`` under the key binding (None: it may)."""
@@ -260,12 +321,7 @@ class NodeDirectory:
             taken = set(self.by_node_id.values()) | set(self.client_to_node)
             free = [c for c in range(self.num_clients) if c not in taken]
             if not free:
-                logger.warning(
-                    "node %d ignored: all %d client ids are taken (num_clients=%d)",
-                    node,
-                    self.num_clients,
-                    self.num_clients,
-                )
+                self._refuse(node, None, f"all {self.num_clients} client ids are taken (num_clients)", WARNING)
                 self.unanswered[node] = self.clock()
                 return False
             client = self.by_node_id[node] = free[0]
@@ -276,26 +332,18 @@ class NodeDirectory:
         another live node serves it (then ``node`` waits in ``duplicates``).
         """
         if not 0 <= client < self.num_clients:
-            logger.warning(
-                "node %d holds client id %d, outside 0..%d of this scenario; ignored",
-                node,
-                client,
-                self.num_clients - 1,
-            )
+            self._refuse(node, client, f"outside 0..{self.num_clients - 1} of this scenario", WARNING)
             return False
         old = self.client_to_node.get(client)
         if old is not None and old != node:
             # two SuperNodes with one partition id, or a restarted SuperNode while the
             # SuperLink still lists the crashed one: the node that has it keeps it
-            logger.error(
-                "node %d also says it holds client id %d, which node %d serves: refused "
-                "(two SuperNodes started with partition-id=%d?); it takes the id over only "
-                "once node %d has left",
+            self._refuse(
                 node,
                 client,
-                old,
-                client,
-                old,
+                f"node {old} serves it (two SuperNodes started with partition-id={client}?); "
+                f"it takes the id over only once node {old} has left",
+                said=f"node {node} also says it holds client id {client}, which node {old} serves: refused",
             )
             self.duplicates[node] = client
             return False
@@ -353,6 +401,20 @@ def simulated_node_count(
         if now >= deadline:
             return count
         sleep(poll)
+
+
+def registration_order(grid: Grid) -> Optional[list[int]]:
+    """Return the node ids in the order their simulation registered them (node i holds
+    ``partition-id`` i), or None when ``grid`` is not a simulation's: Flower's
+    ``InMemoryGrid`` (``vce_api._register_nodes`` registers node i with partition id i,
+    in one loop) or fedflex's ``LocalGrid`` (which says it).
+    """
+    if type(grid).__name__ == "LocalGrid":
+        return list(cast(Any, grid).registration_order())
+    if type(grid).__name__ == "InMemoryGrid":
+        state = getattr(grid, "state", None)
+        return list(getattr(state, "nodes", {}) or {})
+    return None
 
 
 def _says_partition_id(reply: Message) -> bool:

@@ -17,9 +17,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from logging import WARNING
 from typing import Any, Optional, Protocol, TypeAlias
 
 import numpy as np
+from flwr.common import log
 
 from fedflex import keys
 from fedflex.config import LocalRuleConfig
@@ -55,12 +57,13 @@ class RoundFacts:
     """The facts of the round in progress that a part may read (:attr:`RoundContext.facts`):
     its number, the clients online in it (sorted ids) and the learning rate the clients
     train with in it (the scheduled one under ``client.lr_schedule``; None when the
-    strategy was not told).
+    strategy was not told), and the run's last round (None when the loop does not say).
     """
 
     round: int
     online: np.ndarray
     lr: Optional[float] = None
+    num_rounds: Optional[int] = None
 
 
 class RoundContext(Protocol):
@@ -254,6 +257,37 @@ class ServerRule(Part):
         if self.options.name == "bherd" and self.options.bherd.base == "scaffold":
             records += (keys.SCAFFOLD_DC,)
         return records, metrics
+
+
+class ClientHalfCheck:
+    """Warns once when a rule's replies come from clients without its client half.
+
+    fedflex's ClientApp and the helpers of :mod:`fedflex.clients.helpers` send
+    ``num-steps`` with every reply; a reply without it comes from a ClientApp that trains
+    plainly (Flower's quickstart), which a rule whose replies carry no record of their own
+    (FedDyn, FedCM) cannot tell from its own client's otherwise.
+    """
+
+    def __init__(self, method: str, helper: str, amounts_to: str) -> None:
+        self.method, self.helper, self.amounts_to = method, helper, amounts_to
+        self.warned = False
+
+    def __call__(self, updates: list[ClientUpdate]) -> None:
+        """Warn (once) when no reply of the round carries ``num-steps``."""
+        if self.warned or not updates or any(keys.NUM_STEPS in u.metrics for u in updates):
+            return
+        self.warned = True
+        log(
+            WARNING,
+            "%s: the replies carry no %s metric: their ClientApp trains without %s's client half, so %s; "
+            "run fedflex's ClientApp with local rule %s, or %s (docs/flower-strategies.md)",
+            self.method,
+            keys.NUM_STEPS,
+            self.method,
+            self.amounts_to,
+            self.method.lower(),
+            self.helper,
+        )
 
 
 class ModelStateRule(ServerRule):

@@ -17,7 +17,7 @@ sampling.
 
 from __future__ import annotations
 
-from logging import DEBUG, WARNING
+from logging import DEBUG, INFO, WARNING
 from typing import Any, Optional
 
 import numpy as np
@@ -68,6 +68,7 @@ class PowDSampler(Sampler):
         self.sizes: dict[int, int] = {}
         self.last_losses: dict[int, float] = {}
         self._last: dict[str, Any] = {}
+        self._probed = False  # the first probe is said (INFO)
         if clients_per_round is not None and 0 < d <= clients_per_round:
             log(
                 WARNING,
@@ -96,6 +97,16 @@ class PowDSampler(Sampler):
             return np.sort(candidates)
         if self.ctx is None:
             raise RuntimeError("pow-d needs the strategy's context (bind the sampler first)")
+        if not self._probed:
+            self._probed = True
+            log(
+                INFO,
+                "pow-d: from round %d, %d candidate(s) a round report their loss on the global model "
+                "(a QUERY to fedflex's ClientApp, an EVALUATE message to any other); the %d highest train",
+                server_round,
+                d,
+                num,
+            )
         losses = query_losses(self.ctx, server_round, candidates, self.sizes)
         if len(losses) < num:
             log(WARNING, "pow-d round %d: %d of %d candidates reported a loss", server_round, len(losses), d)

@@ -24,7 +24,11 @@ model's values, so no single client sets them.
 
 :func:`clip_update` scales a client's update (reply - global model) down to a maximum L2
 norm; :class:`~strategies.strategy.FedFlex` applies it to every reply before any part
-sees it (``strategy.aggregator.clip_norm``).
+sees it (``strategy.aggregator.clip_norm``), and :func:`clip_records` the rule records
+made from that update by the same factor (SCAFFOLD's control-variate change). Where the
+server's step reads a record instead of the clipped model (FedNova's ``fednova-d``,
+BHerd's ``herd-g``) clipping cannot protect: :func:`clip_refusal` says why, and the
+scenario is refused at load.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections import OrderedDict
 from logging import WARNING
-from typing import Any, Optional, cast
+from typing import Any, Mapping, Optional, cast
 
 import numpy as np
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
@@ -67,6 +71,48 @@ def clip_update(arrays: Arrays, global_arrays: Arrays, max_norm: float) -> tuple
     for k, a in arrays.items():
         out[k] = (global_arrays[k] + scale * deltas[k]).astype(a.dtype) if k in deltas else a
     return out, norm
+
+
+def clip_records(update: ClientUpdate, scale: float, sent: Mapping[str, Mapping[str, np.ndarray]]) -> list[str]:
+    """Scale the rule records of ``update`` as its model update was scaled (by ``scale`` < 1),
+    in place; return the records clipped.
+
+    SCAFFOLD (option II): the client's control-variate change is dc = (x - y) / (a lr) - c,
+    c the server's control variate (``sent["scaffold-c"]``), so the update scaled by s
+    makes dc' = s (dc + c) - c, exactly the record an honest client with that update sends.
+
+    Examples
+    --------
+    >>> c = OrderedDict(w=np.ones(2, np.float32))
+    >>> u = ClientUpdate(0, 1, OrderedDict(), extras={"scaffold-dc": OrderedDict(w=np.array([3.0, 5.0], np.float32))})
+    >>> clip_records(u, 0.5, {"scaffold-c": c}), u.extras["scaffold-dc"]["w"].tolist()
+    (['scaffold-dc'], [1.0, 2.0])
+    """
+    clipped = []
+    control = sent.get(keys.SCAFFOLD_C)
+    dc = update.extras.get(keys.SCAFFOLD_DC)
+    if dc is not None and control is not None and all(k in control for k in dc):
+        update.extras[keys.SCAFFOLD_DC] = OrderedDict(
+            (k, (scale * (v.astype(np.float64) + control[k]) - control[k]).astype(v.dtype)) for k, v in dc.items()
+        )
+        clipped.append(keys.SCAFFOLD_DC)
+    return clipped
+
+
+def clip_refusal(aggregator: str, local_rule: str) -> Optional[str]:
+    """Why ``clip_norm`` cannot protect ``aggregator`` with ``local_rule`` (None: it can):
+    the server's step reads a record made from the update rather than the clipped model.
+
+    Examples
+    --------
+    >>> clip_refusal("fedavg", "scaffold") is None, clip_refusal("fedavg", "fednova")
+    (True, 'local rule fednova rebuilds every model from its fednova-d record, not the clipped model')
+    """
+    if aggregator == "bherd":
+        return "aggregator bherd steps with the clients' gradient sums, not the clipped model"
+    if local_rule == "fednova":
+        return "local rule fednova rebuilds every model from its fednova-d record, not the clipped model"
+    return None
 
 
 class RobustAggregator(Aggregator):

@@ -29,7 +29,7 @@ import dataclasses
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from logging import INFO, WARNING
+from logging import ERROR, INFO, WARNING
 from typing import Any, Callable, Iterable, Mapping, Optional, Protocol, Sequence, cast
 
 import numpy as np
@@ -43,7 +43,7 @@ from fedflex.arrays import numpy_to_record, record_to_numpy
 from fedflex.churn import Availability, SessionTracker
 from fedflex.records import record_key
 from fedflex.strategies.diagnostics import e_lud
-from fedflex.strategies.nodes import NodeDirectory
+from fedflex.strategies.nodes import NodeDirectory, registration_order, simulated_node_count
 from fedflex.strategies.parts import (
     Aggregator,
     ClientUpdate,
@@ -56,11 +56,20 @@ from fedflex.strategies.parts import (
     ServerRule,
 )
 from fedflex.strategies.privacy import SERVER_SIDE, calling_dp_wrapper, check_dp_wrapper
-from fedflex.strategies.replies import NONFINITE, ReplyLimits, check_reply, num_examples_problem
-from fedflex.strategies.robust import clip_update
+from fedflex.strategies.replies import (
+    NONFINITE,
+    ReplyLimits,
+    check_reply,
+    num_examples_problem,
+    pin_record_arrays,
+    round_problems,
+)
+from fedflex.strategies.robust import clip_records, clip_update
 
 #: the loss metric of Flower's quickstart evaluate replies (fedflex's is ``eval-loss``)
 FLOWER_EVAL_LOSS = "eval_loss"
+#: the train config key of the clients' learning rate in Flower's apps (fedflex's is ``client.lr``)
+FLOWER_LR = "lr"
 
 
 class RunFailedError(RuntimeError):
@@ -172,17 +181,25 @@ class FedFlex(FedAvg):
     tracker
         Turns online sets into sessions.
     identify
-        How nodes get client ids (:mod:`strategies.nodes`): ``"partition-id"`` (ask every
-        node, fedflex's ClientApp answers), ``"node-id"`` (ask none: 0, 1, ... in order
-        of appearance) or ``"auto"`` (ask; a node that cannot answer, such as a Flower
-        quickstart ClientApp, is identified by its node id).
+        How nodes get client ids (:mod:`strategies.nodes`): ``"auto"`` (default: ask no
+        node; in simulation node i of the registration order is client id i, its
+        ``partition-id``, elsewhere as ``"node-id"``), ``"node-id"`` (ask none: 0, 1, ...
+        in order of appearance) or ``"partition-id"`` (ask every new node with a QUERY
+        message: only fedflex's ClientApp answers it).
+    query_timeout
+        Seconds a ``"partition-id"`` QUERY waits for its reply; None: the run's
+        ``timeout`` (``start(timeout=...)``).
     client_lr
         ``client_lr(round, session start round)``: the learning rate every train message
         of the round carries as ``client.lr`` (a schedule, ``ClientConfig.lr_at``), also
         logged as ``client_lr``. None: the train config's own ``client.lr`` (constant).
     lr
-        The clients' constant learning rate (the train config's ``client.lr``), told to
-        the parts in :attr:`facts` when there is no ``client_lr`` schedule.
+        The clients' constant learning rate, told to the parts in :attr:`facts` when there
+        is no ``client_lr`` schedule (BHerd's and FedCM's server steps, HiCS-FL's
+        per-step estimate read it). Under Flower's ``start`` the app's
+        ``train_config["lr"]`` (what Flower's quickstart ClientApp trains with) wins; an
+        ``lr`` given here that disagrees is warned about once. None: the app's, else the
+        parts' own default.
     model
         The model's description (:class:`~strategies.parts.ModelInfo`) the parts may read.
     reply_limits
@@ -211,7 +228,7 @@ class FedFlex(FedAvg):
         tracker: Optional[SessionTracker] = None,
         on_too_few: str = "skip",
         local_rule: str = "sgd",
-        query_timeout: float = 60.0,
+        query_timeout: Optional[float] = None,
         client_lr: Optional[Callable[[int, int], float]] = None,
         lr: Optional[float] = None,
         model: Optional[ModelInfo] = None,
@@ -258,6 +275,7 @@ class FedFlex(FedAvg):
         self.local_rule = local_rule
         self.client_lr = client_lr
         self.lr = lr
+        self._given_lr = lr  # the constructor's, before an app's train_config["lr"] replaces it
         self.model = model or ModelInfo()
         self.facts: Optional[RoundFacts] = None  # the round in progress, what the parts may read
         self.query_timeout = query_timeout
@@ -280,6 +298,9 @@ class FedFlex(FedAvg):
         self._flower_round: Optional[RoundRecord] = None  # Flower's configure -> aggregate hand-off
         self._flower_sent: list[Message] = []
         self._dp_checked: Any = None  # the DP wrapper already checked (strategies.privacy)
+        # under Flower's start: rounds that trained, and why the others did not
+        self._trained_rounds = 0
+        self._untrained: list[str] = []
         self.sampler: Sampler
         self.aggregator: Aggregator
         self.initializer: Initializer
@@ -304,11 +325,15 @@ class FedFlex(FedAvg):
         )
         records, metrics = server_rule.reply_needs() if server_rule is not None else ((), ())
         self.reply_limits = dataclasses.replace(self._base_limits, records=records, metrics=metrics)
-        self.nodes = NodeDirectory(num_clients, query_timeout=self.query_timeout, identify=self.identify)
+        self.nodes = NodeDirectory(num_clients, query_timeout=self._query_timeout(), identify=self.identify)
         for part in self.parts:
             part.bind(cast(RoundContext, self))  # num_clients is set by now
         # the server-side parts' state before any round: what an isolated extra round starts from
         self._pristine = [copy.deepcopy(p.state_dict()) for p in self._stateful_parts()]
+
+    def _query_timeout(self) -> float:
+        """Seconds a QUERY waits: ``query_timeout``, or the run's timeout."""
+        return self.query_timeout if self.query_timeout is not None else self._timeout
 
     def _stateful_parts(self) -> list[Part]:
         """Return the parts an extra round's replies reach: sampler, aggregator, server rule."""
@@ -325,18 +350,39 @@ class FedFlex(FedAvg):
         """
         if self.ready:
             return
-        waited = 0.0
-        while len(list(grid.get_node_ids())) < max(self.min_available_nodes, 1):
-            if waited % 30 == 0:
-                log(INFO, "waiting for %d node(s) to connect", self.min_available_nodes)
-            time.sleep(1.0)
-            waited += 1.0
-        n = self.num_clients or len(list(grid.get_node_ids()))
+        have = self._wait_for_nodes(grid)
+        n = self.num_clients or have
         rounds = self._num_rounds or 0
         assert self.parts_factory is not None  # not ready: the parts come from the factory
         sampler, aggregator, initializer, rule = self.parts_factory(n, rounds, record_to_numpy(arrays))
         self._set_parts(n, sampler, aggregator, initializer, rule)
         log(INFO, "%s: %d clients, parts %s", type(self).__name__, n, ", ".join(p.summary() for p in self.parts))
+
+    def _wait_for_nodes(self, grid: Grid) -> int:
+        """Wait (at most the run's timeout) for ``min_available_nodes`` nodes, as Flower's
+        FedAvg does; in Flower's simulation also until it registered all of its nodes
+        (one loop at start-up), so that N is the simulation's node count. Returns the
+        number of nodes; fewer than ``min_available_nodes`` after the timeout raises.
+        """
+        need = max(self.min_available_nodes, 1)
+        start = time.monotonic()
+        have = len(list(grid.get_node_ids()))
+        while have < need:
+            waited = time.monotonic() - start
+            if waited >= self._timeout:
+                msg = (
+                    f"{type(self).__name__}: only {have} of min_available_nodes={need} node(s) connected "
+                    f"after {self._timeout:g} s (start(timeout=...))"
+                )
+                log(ERROR, "%s", msg)
+                raise RunFailedError(msg)
+            if int(waited) % 30 == 0:
+                log(INFO, "waiting for %d node(s) to connect", need)
+            time.sleep(min(1.0, max(self._timeout - waited, 0.0)))
+            have = len(list(grid.get_node_ids()))
+        if registration_order(grid) is not None and type(grid).__name__ == "InMemoryGrid":
+            have = simulated_node_count(grid, 1 << 31, timeout=min(self._timeout, 30.0))
+        return have
 
     def _per_round(self, num_online: int) -> int:
         """K: ``clients_per_round``, or Flower's ``max(int(n x fraction_train), min_train_nodes)``."""
@@ -418,7 +464,9 @@ class FedFlex(FedAvg):
         record.session, record.session_started = self.tracker.update(server_round, online.tolist(), force=scripted)
         # the round's facts, declared to the parts (the initializer's extra rounds included)
         lr = self._round_lr(server_round)
-        self.facts = RoundFacts(round=server_round, online=online, lr=self.lr if lr is None else lr)
+        self.facts = RoundFacts(
+            round=server_round, online=online, lr=self.lr if lr is None else lr, num_rounds=self._num_rounds
+        )
         if record.session_started and server_round > 1:
             log(INFO, "session %d starts at round %d with %d clients", record.session, server_round, len(online))
         if record.session_started and len(online) >= self.min_clients:
@@ -622,6 +670,11 @@ class FedFlex(FedAvg):
         given, receives the content of every reply that passed the checks.
         """
         updates: list[ClientUpdate] = []
+        replies = list(replies)
+        contents: dict[int, RecordDict] = {}  # id(update) -> its reply's content (``accepted``)
+        # the rule records' arrays: pinned from the first round that has some (strategies/replies.py)
+        usable = [r.content for r in replies if not r.has_error()]
+        self.reply_limits = pin_record_arrays(self.reply_limits, usable, self.global_arrays)
         for reply in replies:
             node = reply.metadata.src_node_id
             if reply.has_error():  # errors made by the SuperLink (node gone) come from node 1
@@ -644,8 +697,19 @@ class FedFlex(FedAvg):
                 record.rejected.append([-1 if client is None else client, reason])
                 continue
             updates.append(update)
-            if accepted is not None:
-                accepted.append(reply.content)
+            contents[id(update)] = reply.content
+        # what one reply cannot show: its rule records against the round's (strategies/replies.py)
+        sent = self.server_rule.train_payload(server_round) if self.server_rule is not None else {}
+        lr = self._round_lr(server_round)
+        bounds = round_problems(updates, self.global_arrays, self.reply_limits, self.local_rule, sent, lr or self.lr)
+        for client, reason in sorted(bounds.items()):
+            node = self.nodes.client_to_node.get(client, -1)
+            log(WARNING, "round %d: reply of client %d (node %d) rejected: %s", server_round, client, node, reason)
+            record.failed.append(client)
+            record.rejected.append([client, reason])
+        updates = [u for u in updates if u.client not in bounds]
+        if accepted is not None:
+            accepted.extend(contents[id(u)] for u in updates)
         updates.sort(key=lambda u: u.client)
         record.rejected.sort(key=lambda r: r[0])
         trained = {u.client for u in updates}
@@ -658,7 +722,7 @@ class FedFlex(FedAvg):
         for u in updates:
             self.sizes[u.client] = u.num_examples
         if self.clip_norm is not None:
-            record.extra["clipped"] = self._clip(updates)
+            record.extra["clipped"] = self._clip(updates, sent)
         if self.server_rule is not None:
             self.server_rule.observe(server_round, updates, self.global_arrays)
         new = self.aggregator.aggregate(server_round, self.global_arrays, updates)
@@ -686,14 +750,20 @@ class FedFlex(FedAvg):
             record.extra["local_draws"] = draws
         return new
 
-    def _clip(self, updates: list[ClientUpdate]) -> list[int]:
-        """Clip every update to ``clip_norm`` (in place); the clients that were clipped."""
+    def _clip(
+        self, updates: list[ClientUpdate], sent: Optional[Mapping[str, Mapping[str, np.ndarray]]] = None
+    ) -> list[int]:
+        """Clip every update to ``clip_norm`` (in place), and the rule records made from it
+        (``sent``: the server's records of the round, SCAFFOLD's ``scaffold-c``); the
+        clients that were clipped.
+        """
         assert self.clip_norm is not None  # called only with clipping on
         clipped = []
         for u in updates:
             u.arrays, norm = clip_update(u.arrays, self.global_arrays, self.clip_norm)
             if norm > self.clip_norm:
                 clipped.append(u.client)
+                clip_records(u, self.clip_norm / norm, sent or {})
         return clipped
 
     # ------------------------------------------------------------------ Flower's Strategy API
@@ -706,6 +776,7 @@ class FedFlex(FedAvg):
         round's ``server-round``).
         """
         wrapper = calling_dp_wrapper(self)
+        self._take_app_lr(config)  # before the parts are built: they may read it
         self._prepare(grid, arrays)
         if self.fraction_train == 0.0:
             return []
@@ -752,9 +823,13 @@ class FedFlex(FedAvg):
         """
         record = self._flower_round if self._flower_round is not None else RoundRecord(round=server_round)
         accepted: list[RecordDict] = []
+        replies = list(replies)
         new = self._aggregate(server_round, replies, record, _destinations(self._flower_sent), accepted)
         if new is not None:
             self.global_arrays = new
+            self._trained_rounds += 1
+        else:
+            self._untrained.append(self._why_untrained(server_round, record, len(replies)))
         self.initializer.on_round_end(server_round, record.session, self.global_arrays)
         self._flower_round, self._flower_sent = None, []
         self.record = record
@@ -762,6 +837,23 @@ class FedFlex(FedAvg):
             return None, None
         metrics = self.train_metrics_aggr_fn(accepted, self.weighted_by_key) if accepted else None
         return self._global_record(), metrics
+
+    def _why_untrained(self, server_round: int, record: RoundRecord, num_replies: int) -> str:
+        """One line: why ``server_round`` trained nothing under Flower's loop."""
+        if record.skipped:
+            online = len(record.online)
+            return f"round {server_round}: {online} client(s) online, fewer than min_clients={self.min_clients}"
+        sent = len(self._flower_sent)
+        if sent == 0:
+            return f"round {server_round}: no client was sampled"
+        if num_replies == 0:
+            timeout = self._timeout
+            return f"round {server_round}: none of the {sent} sampled node(s) replied within timeout={timeout:g} s"
+        if record.rejected:
+            client, reason = record.rejected[0]
+            return f"round {server_round}: every reply was rejected (client {client}: {reason})"
+        failures = record.extra.get("node_failures") or [{}]
+        return f"round {server_round}: every node failed ({failures[0].get('error', 'no usable reply')})"
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -816,12 +908,19 @@ class FedFlex(FedAvg):
         ``aggregate_evaluate`` -> ``evaluate_fn(server_round, arrays)`` (also before
         round 1, with round 0); returns Flower's :class:`~flwr.serverapp.strategy.Result`.
 
-        This only records the timeout (the parts' extra rounds, such as Power-of-Choice's
-        loss queries, use it) and the round count (HiCS-FL's schedule) first.
+        Before the loop it records the timeout (every wait of the run honours it: the
+        nodes' first connection, the parts' extra rounds such as Power-of-Choice's loss
+        probes), the round count (HiCS-FL's schedule) and the clients' learning rate
+        (``train_config["lr"]``, see ``lr``). A run in which no round trained (``fraction_train``
+        > 0) logs one ERROR line naming the cause and raises :class:`RunFailedError`: it
+        never returns the untrained model as a result.
         """
         self._timeout, self._num_rounds = timeout, num_rounds
+        self._trained_rounds, self._untrained = 0, []
+        if self.ready:
+            self.nodes.query_timeout = self._query_timeout()
         try:
-            return super().start(
+            result = super().start(
                 grid,
                 initial_arrays,
                 num_rounds=num_rounds,
@@ -832,6 +931,34 @@ class FedFlex(FedAvg):
             )
         finally:
             self._grid = None
+        if num_rounds > 0 and self.fraction_train > 0 and self._trained_rounds == 0:
+            causes = "; ".join(self._untrained[:3]) + ("; ..." if len(self._untrained) > 3 else "")
+            msg = f"{type(self).__name__}: no round trained in {num_rounds} round(s), the model is untrained: {causes}"
+            log(ERROR, "%s", msg)
+            raise RunFailedError(msg)
+        return result
+
+    def _take_app_lr(self, train_config: Optional[ConfigRecord]) -> None:
+        """Take the app's ``train_config["lr"]`` (Flower's convention, read in every
+        ``configure_train``, so also under a DP wrapper's loop) as the clients' learning
+        rate; warn once when the ``lr`` given to the strategy disagrees.
+        """
+        app_lr = train_config.get(FLOWER_LR) if train_config is not None else None
+        if isinstance(app_lr, bool) or not isinstance(app_lr, (int, float)) or not app_lr > 0:
+            self.lr = self._given_lr
+            return
+        given = self._given_lr
+        if given is not None and not np.isclose(given, float(app_lr)) and self.lr != float(app_lr):
+            log(
+                WARNING,
+                "%s: lr=%g was given, but the app's train_config sends lr=%g, which the clients train "
+                "with: the server step uses %g",
+                type(self).__name__,
+                given,
+                float(app_lr),
+                float(app_lr),
+            )
+        self.lr = float(app_lr)
 
     def run_rounds(
         self,

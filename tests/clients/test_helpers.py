@@ -337,3 +337,239 @@ def test_the_global_model_is_decoded_once_per_content_and_again_when_an_array_ch
     record["weight"].data = numpy_to_array(np.full((1, 2), 7, np.float32)).data  # new bytes in the same Array
     node.load_global(task, Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN))
     assert len(decoded) == 3 and torch.equal(model.weight, torch.full((1, 2), 7.0))
+
+
+# ------------------------------------------------------------------ the decorator / the mod
+def _flower_train(model, loop=None, num_examples=14):
+    """A train function as Flower's quickstart writes it (the Message API), training ``model``."""
+
+    def train(msg: Message, context: Context) -> Message:
+        model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+        (loop or _user_loop)(model)
+        metrics = MetricRecord({"train_loss": 0.5, "num-examples": num_examples})
+        return Message(
+            content=RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics}), reply_to=msg
+        )
+
+    return train
+
+
+def _decorated(model, options, payload=None, state=None, extra_config=None, loop=None, **kwargs) -> RecordDict:
+    """``@client_half`` (``@client_half(**kwargs)`` with arguments) over a Flower-style train function."""
+    decorator = helpers.client_half(**kwargs) if kwargs else helpers.client_half
+    train = decorator(_flower_train(model, loop))
+    return train(_message(model, options, payload, extra_config), _context(state)).content
+
+
+def _assert_same_content(a: RecordDict, b: RecordDict) -> None:
+    assert sorted(a.array_records) == sorted(b.array_records)
+    for name in a.array_records:
+        x, y = _tensors(a, name), _tensors(b, name)
+        assert list(x) == list(y), name
+        for k in x:
+            assert torch.equal(x[k], y[k]), (name, k)
+    assert dict(a[keys.METRICS]) == dict(b[keys.METRICS])
+
+
+def _assert_same_state(a: RecordDict, b: RecordDict) -> None:
+    assert sorted(a.array_records) == sorted(b.array_records)
+    for name in a.array_records:
+        x, y = _tensors(a, name), _tensors(b, name)
+        assert all(torch.equal(x[k], y[k]) for k in x) and list(x) == list(y), name
+
+
+HALF_CASES = {
+    "bherd": (helpers.BHerdClient, LocalRuleConfig(name="bherd", bherd=BHerdOptions(alpha=0.25)), None, {}),
+    "bherd-scaffold": (
+        helpers.BHerdClient,
+        LocalRuleConfig(name="bherd", bherd=BHerdOptions(base="scaffold")),
+        None,
+        {"payload": keys.SCAFFOLD_C},
+    ),
+    "bherd-max-stored": (
+        helpers.BHerdClient,
+        LocalRuleConfig(name="bherd", bherd=BHerdOptions(max_stored=3)),
+        None,
+        {"steps": 8},
+    ),
+    "scaffold": (helpers.SCAFFOLDClient, LocalRuleConfig(name="scaffold"), None, {"payload": keys.SCAFFOLD_C}),
+    "fednova": (helpers.FedNovaClient, LocalRuleConfig(name="fednova"), None, {}),
+    "feddyn": (helpers.FedDynClient, LocalRuleConfig(name="feddyn", feddyn=FedDynOptions(alpha=0.3)), None, {}),
+    "fedcm": (
+        helpers.FedCMClient,
+        LocalRuleConfig(name="fedcm", fedcm=FedCMOptions(alpha=0.2)),
+        None,
+        {"payload": keys.FEDCM_DELTA},
+    ),
+    "fedprox": (helpers.FedProxClient, LocalRuleConfig(name="fedprox", fedprox=FedProxOptions(mu=0.5)), None, {}),
+    "flower-fedprox": (helpers.FedProxClient, LocalRuleConfig(), {"proximal-mu": 0.5}, {}),
+}
+
+
+def _case(name):
+    cls, options, extra_config, how = HALF_CASES[name]
+    payload = {how["payload"]: _variate(_model(), 0.05)} if "payload" in how else None
+    states = []
+    for _ in range(2):  # a node state with the method's variables from an earlier round
+        state = RecordDict()
+        state[keys.SCAFFOLD_CI] = ArrayRecord(_variate(_model(), -0.02))
+        state[keys.FEDDYN_GRAD] = ArrayRecord(_variate(_model(), 0.1))
+        states.append(state)
+    kwargs = {"steps": how["steps"]} if "steps" in how else {}
+    return cls, options, payload, extra_config, states, kwargs
+
+
+@pytest.mark.parametrize("name", list(HALF_CASES))
+def test_client_half_replies_bitwise_as_the_helper(name):
+    # Prepare: the helper around the loop, and the decorator over a Flower-style train function
+    cls, options, payload, extra_config, states, kwargs = _case(name)
+    # Execute
+    expected = _helped(cls, _model(), options, payload, states[0], extra_config, **kwargs)
+    content = _decorated(_model(), options, payload, states[1], extra_config, **kwargs)
+    # Assert: the same records, metrics (num-steps and the method's) and node state
+    _assert_same_content(content, expected)
+    _assert_same_state(states[1], states[0])
+    assert content[keys.METRICS][keys.NUM_STEPS] == 8
+
+
+def test_client_half_mod_replies_as_the_decorator():
+    cls, options, payload, _, states, _ = _case("scaffold")
+    decorated = _decorated(_model(), options, payload, states[0])
+    model = _model()
+    reply = helpers.client_half_mod(_message(model, options, payload), _context(states[1]), _flower_train(model))
+    _assert_same_content(reply.content, decorated)
+    _assert_same_state(states[1], states[0])
+
+
+def test_client_half_passes_a_plain_message_through():
+    # Flower's FedAvg: no local rule, no proximal-mu: the function's reply as it is
+    model, plain = _model(), _model()
+    content = _decorated(model, LocalRuleConfig())
+    expected = _flower_train(plain)(_message(plain, LocalRuleConfig()), _context()).content
+    _assert_same_content(content, expected)
+    assert keys.NUM_STEPS not in content[keys.METRICS]
+
+
+def test_client_half_finds_a_wrapped_model_by_its_names():
+    # the optimiser steps a wrapper whose parameter names carry a prefix ("inner.0.weight")
+    class Wrapper(nn.Module):
+        def __init__(self, inner: nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x)
+
+    def wrapped_loop(model):
+        _user_loop(Wrapper(model))
+
+    cls, options, payload, _, states, _ = _case("scaffold")
+    expected = _helped(cls, _model(), options, payload, states[0])
+    content = _decorated(_model(), options, payload, states[1], loop=wrapped_loop)
+    _assert_same_content(content, expected)
+
+
+def test_client_half_names_the_parameters_by_value_without_a_module_call(monkeypatch):
+    # model.forward() directly: no module with the message's names is called (only its layers);
+    # each parameter equals one received array until the first step
+    by_value = []
+    real = helpers._TrainCall._named_by_value
+    monkeypatch.setattr(helpers._TrainCall, "_named_by_value", lambda *a: by_value.append(1) or real(*a))
+
+    def forward_loop(model):
+        data = _data()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
+        for pos in batch_order(14, SETTINGS, torch.Generator().manual_seed(SEED)):
+            optimizer.zero_grad()
+            F.cross_entropy(model.forward(data.inputs(pos)), data.labels(pos)).backward()
+            optimizer.step()
+
+    cls, options, payload, _, states, _ = _case("fedcm")
+    expected = _helped(cls, _model(), options, payload, states[0])
+    content = _decorated(_model(), options, payload, states[1], loop=forward_loop)
+    _assert_same_content(content, expected)
+    assert by_value == [1]
+
+
+def test_client_half_refuses_parameters_it_cannot_name_in_one_line():
+    # two zero biases of one shape, and no module call to name them
+    model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3))
+    with torch.no_grad():
+        for layer in model:
+            layer.bias.zero_()
+
+    def forward_loop(net):
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        F.cross_entropy(net.forward(torch.ones(2, 3)), torch.tensor([0, 1])).backward()
+        optimizer.step()
+
+    train = helpers.client_half(_flower_train(model, forward_loop))
+    with pytest.raises(ValueError, match=r"client_half\(FedNova\): cannot tell the names of 2 of") as err:
+        train(_message(model, LocalRuleConfig(name="fednova")), _context())
+    assert "\n" not in str(err.value)
+
+
+def test_client_half_leaves_another_models_optimizer_alone():
+    # the loop first trains a model that is not the received one, then the received one
+    def two_models(model):
+        _user_loop(nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 3)))
+        _user_loop(model)
+
+    cls, options, payload, _, states, _ = _case("fednova")
+    expected = _helped(cls, _model(), options, payload, states[0])
+    content = _decorated(_model(), options, payload, states[1], loop=two_models)
+    _assert_same_content(content, expected)
+
+
+def test_client_half_refuses_a_second_optimizer_on_the_model():
+    def two_optimizers(model):
+        _user_loop(model)
+        _user_loop(model)  # a new torch.optim.SGD over the same parameters
+
+    with pytest.raises(ValueError, match=r"client_half\(FedNova\): a second optimizer \(SGD\) stepped the model"):
+        _decorated(_model(), LocalRuleConfig(name="fednova"), loop=two_optimizers)
+
+
+@pytest.mark.parametrize("rule", ["bherd", "fednova", "fedcm"])
+def test_client_half_refuses_adam_where_the_method_needs_sgd(rule):
+    def adam_loop(model):
+        optimizer = torch.optim.Adam(model.parameters())
+        F.cross_entropy(model(_data().inputs(None)), _data().labels(None)).backward()
+        optimizer.step()
+
+    payload = {keys.FEDCM_DELTA: _variate(_model(), 0.0)} if rule == "fedcm" else None
+    with pytest.raises(ValueError, match=r"needs torch.optim.SGD .* got Adam"):
+        _decorated(_model(), LocalRuleConfig(name=rule), payload, loop=adam_loop)
+
+
+def test_client_half_refuses_a_call_without_steps_and_other_methods_messages():
+    with pytest.raises(ValueError, match=r"client_half\(FedNova\): the train function took no optimizer step"):
+        _decorated(_model(), LocalRuleConfig(name="fednova"), loop=lambda model: None)
+    with pytest.raises(ValueError, match=r"local rule 'sgd', not bherd: run fedflex's BHerd strategy"):
+        helpers.client_half("BHerd")(_flower_train(_model()))(_message(_model(), LocalRuleConfig()), _context())
+    with pytest.raises(ValueError, match=r"local rule 'grab', which has no client half"):
+        _decorated(_model(), LocalRuleConfig(name="grab"))
+    with pytest.raises(ValueError, match=r"no client half named 'Herd'"):
+        helpers.client_half("Herd")
+    with pytest.raises(ValueError, match=r"bherd.max_stored=3\): declare the loop's local steps"):
+        _decorated(_model(), LocalRuleConfig(name="bherd", bherd=BHerdOptions(max_stored=3)))
+
+
+def test_client_half_removes_its_hooks_after_the_call():
+    _decorated(_model(), LocalRuleConfig(name="fednova"))
+    from torch.nn.modules import module as torch_module
+    from torch.optim import optimizer as torch_optimizer
+
+    assert not torch_module._global_forward_pre_hooks
+    assert not torch_optimizer._global_optimizer_pre_hooks
+
+
+@pytest.mark.filterwarnings("ignore:Using `torch.compile\\(module\\)` when there are global hooks")
+def test_client_half_finds_the_model_inside_torch_compile():
+    def compiled_loop(model):
+        _user_loop(torch.compile(model, backend="eager"))
+
+    cls, options, payload, _, states, _ = _case("fednova")
+    expected = _helped(cls, _model(), options, payload, states[0])
+    content = _decorated(_model(), options, payload, states[1], loop=compiled_loop)
+    _assert_same_content(content, expected)

@@ -13,8 +13,9 @@ from flwr.serverapp.strategy import Strategy
 from fedflex.churn import ExplicitSessions
 from fedflex.config import ConfigError
 from fedflex.launch.local_grid import LocalGrid
+from fedflex.options import AdaptiveOptions, AwareOptions, FedCorOptions, HiCSOptions, PowDOptions
 from fedflex.strategies import named
-from fedflex.strategies.strategy import FedFlex
+from fedflex.strategies.strategy import FedFlex, RunFailedError
 
 pytestmark = pytest.mark.usefixtures("quickstart_example")  # tests/conftest.py
 
@@ -119,11 +120,11 @@ def test_fedaware_weights_are_not_uniform():
 
 def test_power_of_choice_asks_a_flower_client_for_its_loss_with_an_evaluate_message():
     grid = _grid()
-    strategy = named.PowerOfChoice(clients_per_round=2, fraction_evaluate=0.0, d=4)
+    strategy = named.PowerOfChoice(clients_per_round=2, fraction_evaluate=0.0, options=PowDOptions(d=4))
     _run(strategy, grid, rounds=1)
     kinds = [m.metadata.message_type for m in grid.sent]
-    # 4 identification queries (errors: no query function), 4 loss evaluations, 2 train messages
-    assert kinds.count(MessageType.QUERY) == 4
+    # no identification query (the quickstart has no query function), 4 loss evaluations, 2 train messages
+    assert kinds.count(MessageType.QUERY) == 0
     assert kinds.count(MessageType.EVALUATE) == 4
     assert kinds.count(MessageType.TRAIN) == 2
 
@@ -149,26 +150,121 @@ def test_session_aware_builds_a_model_at_a_scripted_change_of_the_online_set():
 )
 def test_a_method_that_needs_more_rejects_a_plain_reply_in_one_line(name, helper, caplog):
     strategy = named.NAMED[name](fraction_train=0.5, fraction_evaluate=0.0)
-    result = _run(strategy, _grid(), rounds=1)
-    assert result.train_metrics_clientapp == {}
+    with pytest.raises(RunFailedError, match="no round trained"):  # never an untrained model as a result
+        _run(strategy, _grid(), rounds=1)
     reasons = [reason for _, reason in strategy.record.rejected]
     assert len(reasons) == 2 and all(helper in r and "\n" not in r for r in reasons)
 
 
 def test_a_bad_option_fails_at_construction_with_the_scenario_key():
-    with pytest.raises(ConfigError, match="strategy.sampler.hics.entropy_weight"):
-        named.HiCSFL(hics_lambda=-1.0)
+    with pytest.raises(ConfigError, match=r"^strategy\.sampler\.hics\.entropy_weight = -1\.0: must be >= 0$"):
+        named.HiCSFL(options=HiCSOptions(entropy_weight=-1.0))
+    with pytest.raises(ConfigError, match=r"^strategy\.aggregator\.server_lr = 0\.0: must be > 0$"):
+        named.FedAMS(server_lr=0.0)
+    with pytest.raises(ConfigError, match=r"^strategy\.aggregator\.adaptive\.beta1 = 1\.5"):
+        named.AWARE(base="FedAdam", options=[AwareOptions(), AdaptiveOptions(beta1=1.5)])
 
 
-def test_options_and_their_defaults_come_from_the_config_classes():
+def test_a_bad_keyword_is_named_in_one_line_with_the_allowed_ones():
+    with pytest.raises(TypeError) as info:
+        named.FedDyn(alpah=0.1)
+    message = str(info.value)
+    assert "\n" not in message and "'alpah'" in message
+    assert "takes options, num_clients, rounds, seed, lr" in message and "fraction_train" in message
+    # the first release's flat keywords are gone; the message says where each went
+    with pytest.raises(TypeError, match=r"'hics_lambda' \(the first release's hics_lambda is options=HiCSOptions\("):
+        named.HiCSFL(hics_lambda=5.0)
+    with pytest.raises(TypeError, match="FedNova: options=HiCSOptions.* is not one of its option classes"):
+        named.FedNova(options=HiCSOptions())
+
+
+def test_each_strategy_takes_its_method_options_as_written_keywords_and_documents_them():
     import inspect
 
     from fedflex.config import AggregatorConfig
 
     params = inspect.signature(named.FedAMS).parameters
     assert params["server_lr"].default == AggregatorConfig.server_lr
-    assert "options : AdaptiveOptions, default AdaptiveOptions(beta1=0.9, beta2=0.99" in named.FedAMS.__doc__
     assert "``strategy.aggregator.fedams``" in named.FedAMS.__doc__
+    for name, cls in named.NAMED.items():
+        keywords = [p for p in inspect.signature(cls).parameters.values() if p.kind is p.KEYWORD_ONLY]
+        assert {"num_clients", "rounds", "seed", "lr"} <= {p.name for p in keywords}, name
+        for p in keywords:  # the hand-written NumPy docstring lists every keyword
+            assert f"\n    {p.name} : " in cls.__doc__, (name, p.name)
+        assert "\n    **kwargs\n" in cls.__doc__, name
+
+
+def test_no_named_strategy_goes_through_the_scenario_loader():
+    import inspect
+    import sys
+
+    for cls in [*named.NAMED.values(), named.FlowerStrategy]:
+        source = inspect.getsource(sys.modules[cls.__module__])
+        assert "loader" not in source and "ScenarioConfig" not in source, cls.__module__
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(
+            lambda: named.HiCSFL(clients_per_round=3, seed=3, options=HiCSOptions(variant="authors")), id="HiCSFL"
+        ),
+        pytest.param(
+            lambda: named.PowerOfChoice(clients_per_round=3, seed=1, options=PowDOptions(d=5)), id="PowerOfChoice"
+        ),
+        pytest.param(
+            lambda: named.ClusteredSampling(clients_per_round=3, seed=2, explore_first=True), id="ClusteredSampling"
+        ),
+        pytest.param(lambda: named.DivFL(clients_per_round=3, seed=4), id="DivFL"),
+        pytest.param(lambda: named.FedCor(clients_per_round=3, seed=5, options=FedCorOptions(warmup=2)), id="FedCor"),
+        pytest.param(lambda: named.SessionAware(clients_per_round=3, seed=6), id="SessionAware"),
+    ],
+)
+def test_a_named_strategy_samples_the_clients_a_scenario_with_its_options_samples(make):
+    # Prepare: the same method, options, K and seed as a named strategy and as a scenario's parts
+    from collections import OrderedDict
+
+    from fedflex.config import SamplerConfig, ScenarioConfig, StrategyConfig
+    from fedflex.strategies.build import build_parts
+    from fedflex.strategies.parts import ModelInfo
+
+    named_strategy = make()
+    arrays = OrderedDict(w=np.zeros((4, 3), np.float32), b=np.zeros(3, np.float32))
+    names = {"HiCSFL": "hics", "PowerOfChoice": "pow-d", "ClusteredSampling": "clustered", "DivFL": "divfl"}
+    names["FedCor"] = "fedcor"
+    name = names.get(type(named_strategy).__name__)
+    sampler: dict = {"name": name} if name else {}
+    sections: dict = {} if name else {"initializer": {"name": "session-aware"}}
+    for cls, path in named_strategy.option_classes().items():
+        part, section = path.split(".")[1:]
+        target = sampler if part == "sampler" else sections.setdefault(part, {})
+        target[section] = named_strategy.option(cls)
+    sampler["explore_first"] = getattr(named_strategy, "explore_first", False)
+    parts = {k: type(getattr(StrategyConfig(), k))(**v) for k, v in sections.items()}
+    cfg = ScenarioConfig(
+        num_clients=10,
+        rounds=5,
+        seed=named_strategy._seed,
+        strategy=StrategyConfig(sampler=SamplerConfig(clients_per_round=3, **sampler), **parts),
+    )
+    # Execute
+    ours = named_strategy.parts_factory(10, 5, arrays)
+    theirs = build_parts(cfg, ModelInfo(output_bias_key="b"))
+    # Assert: the same parts with the same generators, and (samplers that ask no client
+    # for a loss) the same first draws
+    assert [p.summary() for p in ours] == [p.summary() for p in theirs]
+    for a, b in zip(ours, theirs):
+        assert _rng_state(a) == _rng_state(b), type(a).__name__
+    if not isinstance(named_strategy, (named.PowerOfChoice, named.FedCor)):
+        online = np.arange(10)
+        assert ours[0].sample(1, online, 3).tolist() == theirs[0].sample(1, online, 3).tolist()
+
+
+def _rng_state(part):
+    """The state of a part's generator (and of the part it wraps), None without one."""
+    rng = getattr(part, "rng", None)
+    base = getattr(part, "base", None)
+    return (rng.bit_generator.state if rng is not None else None, _rng_state(base) if base is not None else None)
 
 
 def test_fedflex_with_parts_keeps_flowers_fedavg_options():

@@ -11,6 +11,7 @@ import pytest
 from flwr.app import ArrayRecord, ConfigRecord
 
 from fedflex.launch.local_grid import LocalGrid
+from fedflex.options import HiCSOptions
 from fedflex.strategies import hics, named
 
 pytestmark = pytest.mark.usefixtures("quickstart_example")  # tests/conftest.py
@@ -41,7 +42,9 @@ def test_hics_samples_the_high_entropy_client_more_than_the_one_class_client(est
     grid = LocalGrid(app, 4)
     for context in grid.contexts.values():
         context.run_config.update({"examples": 40})
-    strategy = named.HiCSFL(clients_per_round=2, fraction_evaluate=0.0, identify="node-id", hics_estimate=estimate)
+    strategy = named.HiCSFL(
+        clients_per_round=2, fraction_evaluate=0.0, identify="node-id", options=HiCSOptions(estimate=estimate)
+    )
     torch.manual_seed(0)
     # Execute
     strategy.start(grid, ArrayRecord(Net().state_dict()), num_rounds=8, train_config=ConfigRecord({"lr": 0.05}))

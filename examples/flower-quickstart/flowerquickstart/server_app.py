@@ -36,7 +36,7 @@ def churn(grid: Grid, context: Context) -> Availability | None:
     """The availability schedule ``churn = "markov"`` turns on (None: every node is online).
 
     In simulation Flower keeps every SuperNode connected, so churn is a schedule over the
-    strategy's client ids 0..N-1 (here the nodes, numbered in node-id order).
+    strategy's client ids 0..N-1 (in simulation: the nodes' partition ids).
     """
     if context.run_config.get("churn", "none") == "none":
         return None

@@ -1,0 +1,60 @@
+"""Clustered Sampling as a Flower strategy: :class:`ClusteredSampling`, FedAvg with the
+Clustered Sampling sampler (:mod:`strategies.clustered`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from fedflex.config import SamplerConfig
+from fedflex.options import ClusteredOptions
+from fedflex.strategies.clustered import ClusteredSampler
+from fedflex.strategies.flower_strategy import Federation, FlowerStrategy, check_bool
+from fedflex.strategies.parts import Sampler
+
+
+class ClusteredSampling(FlowerStrategy):
+    """Clustered Sampling (Fraboni et al., 2021, https://arxiv.org/abs/2105.05883) on the
+    similarity of the clients' updates, the rest of the round FedAvg's. Clients: any.
+
+    Parameters
+    ----------
+    options : ClusteredOptions, optional
+        The method's options (``strategy.sampler.clustered``): ``ward`` (``exact`` or
+        ``scalable``). None: the defaults.
+    explore_first : bool, default False
+        Online clients that never trained are drawn first (``strategy.sampler.explore_first``).
+    num_clients : int, optional
+        N; None: the nodes connected when the run starts.
+    rounds : int, optional
+        The run's round count under a loop that does not say it (unused by this method).
+    seed : int, default 0
+        Seeds the sampler (as a scenario's ``seed``).
+    lr : float, optional
+        The clients' learning rate (unused by this method's server half).
+    **kwargs
+        Flower's FedAvg options and FedFlex's (``clients_per_round``, ``availability``,
+        ...): see :class:`~strategies.flower_strategy.FlowerStrategy`.
+    """
+
+    OPTIONS = {ClusteredOptions: "strategy.sampler.clustered"}
+
+    def __init__(
+        self,
+        *,
+        options: Optional[ClusteredOptions] = None,
+        explore_first: bool = SamplerConfig.explore_first,
+        num_clients: Optional[int] = None,
+        rounds: Optional[int] = None,
+        seed: int = 0,
+        lr: Optional[float] = None,
+        **kwargs: Any,
+    ) -> None:
+        check_bool("strategy.sampler.explore_first", explore_first)
+        self.explore_first = explore_first
+        super().__init__(options=options, num_clients=num_clients, rounds=rounds, seed=seed, lr=lr, **kwargs)
+
+    def build_sampler(self, federation: Federation) -> Sampler:
+        """Return the Clustered Sampling sampler (behind the explore-first draw when asked)."""
+        sampler = ClusteredSampler(seed=federation.seed_of("clustered"), options=self.option(ClusteredOptions))
+        return self.with_explore_first(sampler, federation, self.explore_first)

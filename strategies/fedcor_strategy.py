@@ -1,0 +1,61 @@
+"""FedCor as a Flower strategy: :class:`FedCor`, FedAvg with the FedCor sampler
+(:mod:`strategies.fedcor`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from fedflex.config import SamplerConfig
+from fedflex.options import FedCorOptions
+from fedflex.strategies.fedcor import FedCorSampler
+from fedflex.strategies.flower_strategy import Federation, FlowerStrategy, check_bool
+from fedflex.strategies.parts import Sampler
+
+
+class FedCor(FlowerStrategy):
+    """FedCor (Tang et al., 2022, https://arxiv.org/abs/2103.13822): a Gaussian process
+    over the clients' loss changes picks who trains, the rest of the round FedAvg's.
+    Clients: loss reports as for :class:`~strategies.powd_strategy.PowerOfChoice`.
+
+    Parameters
+    ----------
+    options : FedCorOptions, optional
+        The method's options (``strategy.sampler.fedcor``): ``warmup``, ``refresh``,
+        ``rank``, ``history``, ``discount``. None: the defaults.
+    explore_first : bool, default False
+        Online clients that never trained are drawn first (``strategy.sampler.explore_first``).
+    num_clients : int, optional
+        N; None: the nodes connected when the run starts.
+    rounds : int, optional
+        The run's round count under a loop that does not say it (unused by this method).
+    seed : int, default 0
+        Seeds the sampler (as a scenario's ``seed``).
+    lr : float, optional
+        The clients' learning rate (unused by this method's server half).
+    **kwargs
+        Flower's FedAvg options and FedFlex's (``clients_per_round``, ``availability``,
+        ...): see :class:`~strategies.flower_strategy.FlowerStrategy`.
+    """
+
+    OPTIONS = {FedCorOptions: "strategy.sampler.fedcor"}
+
+    def __init__(
+        self,
+        *,
+        options: Optional[FedCorOptions] = None,
+        explore_first: bool = SamplerConfig.explore_first,
+        num_clients: Optional[int] = None,
+        rounds: Optional[int] = None,
+        seed: int = 0,
+        lr: Optional[float] = None,
+        **kwargs: Any,
+    ) -> None:
+        check_bool("strategy.sampler.explore_first", explore_first)
+        self.explore_first = explore_first
+        super().__init__(options=options, num_clients=num_clients, rounds=rounds, seed=seed, lr=lr, **kwargs)
+
+    def build_sampler(self, federation: Federation) -> Sampler:
+        """Return the FedCor sampler (behind the explore-first draw when asked)."""
+        sampler = FedCorSampler(seed=federation.seed_of("fedcor"), options=self.option(FedCorOptions))
+        return self.with_explore_first(sampler, federation, self.explore_first)
