@@ -9,7 +9,10 @@ Registered datasets (:data:`DATASETS`):
 - ``fmnist``: Fashion-MNIST through torchvision's ``FashionMNIST``. When its raw files
   are not under the data root, the Debian package ``dataset-fashion-mnist``
   (``/usr/share/datasets/fashion-mnist/*-ubyte.gz``) is unpacked there; only then, and
-  only with ``dataset.download=true``, is the network tried.
+  only with ``dataset.download=true``, is the network tried. A raw file that is there but
+  damaged (cut short, another header; :func:`idx_problem`) is named in one warning and
+  the intact Debian copy read instead (the damaged file is left alone); without an
+  intact copy the damaged file is named in the :class:`DataNotFoundError`.
 - ``mnist``: MNIST through torchvision's ``MNIST``.
 - ``cifar10``: CIFAR-10 through torchvision's ``CIFAR10`` (python pickle batches).
 - ``svhn``: SVHN (cropped digits) through torchvision's ``SVHN``, files in ``<root>/SVHN``.
@@ -344,6 +347,85 @@ def _unpack_debian_fmnist(raw: Path) -> bool:
     return True
 
 
+#: idx element types (the third byte of the magic number) -> bytes per element
+_IDX_TYPES = {0x08: 1, 0x09: 1, 0x0B: 2, 0x0C: 4, 0x0D: 4, 0x0E: 8}
+
+
+def _idx_header(head: bytes, size: int, ndim: int) -> tuple[Optional[tuple[int, ...]], str]:
+    """Return the dims an idx file's first bytes say, or why they do not fit a file of ``size`` bytes."""
+    if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in _IDX_TYPES:
+        return None, "not an idx file (bad magic number)"
+    if head[3] != ndim:
+        return None, f"{head[3]} dimensions, expected {ndim}"
+    if len(head) < 4 + 4 * ndim:
+        return None, f"{size} bytes, shorter than its header"
+    dims = tuple(int.from_bytes(head[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    want = 4 + 4 * ndim + math.prod(dims) * _IDX_TYPES[head[2]]
+    if size != want:
+        return None, f"{size} bytes, but its header says {' x '.join(map(str, dims))} values: {want} bytes"
+    return dims, ""
+
+
+def idx_problem(path: Path) -> str:
+    """Why ``path`` is not a whole idx file of the MNIST family ("" when it is): its magic
+    number, its number of dimensions (3 for ``*-images-*``, 1 for ``*-labels-*``) and its
+    size, which its header fixes (a file cut short, a download broken off).
+    """
+    ndim = 3 if "images" in path.name else 1
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4 + 4 * ndim)
+        size = path.stat().st_size
+    except OSError as exc:
+        return f"cannot be read ({_one_line(exc)})"
+    return _idx_header(head, size, ndim)[1]
+
+
+def _idx_damage(folder: Path, names: Sequence[str]) -> list[tuple[Path, str]]:
+    """Return the files of ``names`` in ``folder`` that are damaged, with why; a train or
+    test set whose images and labels disagree in number counts as damaged too.
+    """
+    damaged = [(folder / n, why) for n in names if (folder / n).is_file() for why in [idx_problem(folder / n)] if why]
+    if damaged or not all((folder / n).is_file() for n in names):
+        return damaged
+    for images, labels in zip(names[0::2], names[1::2]):
+        counts = []
+        for name in (images, labels):
+            with open(folder / name, "rb") as fh:
+                counts.append(int.from_bytes(fh.read(8)[4:8], "big"))
+        if counts[0] != counts[1]:
+            damaged.append((folder / labels, f"{counts[1]} labels for {counts[0]} images in {images}"))
+    return damaged
+
+
+def _read_idx_gz(path: Path, ndim: int) -> np.ndarray:
+    """Return the array of a gzipped idx file of unsigned bytes (raises ValueError when damaged)."""
+    with gzip.open(path, "rb") as fh:
+        data = fh.read()
+    dims, why = _idx_header(data[: 4 + 4 * ndim], len(data), ndim)
+    if dims is None or data[2] != 0x08:
+        raise ValueError(f"{path}: {why or 'not unsigned bytes'}")
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def _debian_fmnist() -> Optional[FederatedData]:
+    """Fashion-MNIST read straight from the Debian package's files (None when they are
+    missing or damaged themselves).
+    """
+    try:
+        parts = [_read_idx_gz(DEBIAN_FMNIST_DIR / f"{name}.gz", 3 if "images" in name else 1) for name in _IDX_FILES]
+    except (OSError, EOFError, ValueError) as exc:
+        log.debug("the Debian Fashion-MNIST copy cannot be read: %s", _one_line(exc))
+        return None
+    train_x, train_y, test_x, test_y = parts
+    if len(train_x) != len(train_y) or len(test_x) != len(test_y):
+        return None
+    return FederatedData(
+        train=_image_set(train_x, train_y, 10, FMNIST_MEAN, FMNIST_STD, nhwc=False),
+        test=_image_set(test_x, test_y, 10, FMNIST_MEAN, FMNIST_STD, nhwc=False),
+    )
+
+
 def _load_idx_family(
     cfg: DatasetConfig, name: str, cls_name: str, mean: tuple[float, ...], std: tuple[float, ...], debian: bool
 ) -> FederatedData:
@@ -360,6 +442,27 @@ def _load_idx_family(
         how.insert(0, f"`apt-get install dataset-fashion-mnist` (Debian; puts them in {DEBIAN_FMNIST_DIR})")
         if not all((raw / f).is_file() for f in _IDX_FILES):
             _unpack_debian_fmnist(raw)
+    damaged = _idx_damage(raw, _IDX_FILES)
+    if damaged:
+        bad, why = damaged[0]
+        intact = _debian_fmnist() if debian else None
+        if intact is not None:
+            log.warning(
+                "dataset %r: %s is damaged (%s): reading the intact copy in %s instead "
+                "(delete the damaged file to have that copy unpacked in its place)",
+                name,
+                bad,
+                why,
+                DEBIAN_FMNIST_DIR,
+            )
+            return intact
+        how = [f"`apt-get install dataset-fashion-mnist` (an intact copy in {DEBIAN_FMNIST_DIR})"] if debian else []
+        how.append("dataset.download=true (it downloads the missing file)" if not cfg.download else "run again")
+        raise DataNotFoundError(
+            f"dataset {name!r}: {bad} is damaged ({why}).\n"
+            f"  to get it: delete the damaged file, then " + "; or ".join(how),
+            [str(bad)],
+        )
 
     def build(train: bool) -> Any:
         return _construct(name, lambda: cls(str(root), train=train, download=cfg.download), looked, how, cfg.download)
@@ -666,7 +769,8 @@ def _load_with_tensor_cache(cfg: DatasetConfig, loader: Callable, num_clients: i
             log.warning("ignoring unreadable tensor cache %s: %s", path, _one_line(exc))
     data = loader(cfg, num_clients, seed)
     signature = _source_signature(source)
-    if signature:
+    # not from damaged files (another copy was read): the next run warns about them again
+    if signature and not _idx_damage(source / "raw", _IDX_FILES):
         _save_blob(path, data, signature)
     return data
 

@@ -72,6 +72,21 @@ def read_fedscale(path: str | Path) -> dict[Any, dict]:
     return dict(trace)
 
 
+#: most intervals one client's repeated trace may span (a finish_time of 1e-300 s would
+#: repeat it without end)
+MAX_INTERVALS = 10**6
+
+
+def _time(value: Any) -> bool:
+    """Whether ``value`` is a finite number of seconds (a bool is no time)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _times(values: Any) -> bool:
+    """Whether ``values`` is a list of finite numbers of seconds."""
+    return isinstance(values, Sequence) and not isinstance(values, (str, bytes)) and all(_time(v) for v in values)
+
+
 def _sort_key(client_id: Any) -> tuple:
     try:
         return (0, int(client_id), "")
@@ -102,14 +117,17 @@ def convert(
     Raises
     ------
     ValueError
-        For a non-positive ``seconds_per_round`` or ``rounds``, too few clients, or a
-        client whose entry lacks ``active`` / ``inactive`` lists of one length (or
-        ``finish_time`` when ``repeat``).
+        For a non-positive or non-finite ``seconds_per_round``, ``rounds`` < 1, too few
+        clients, or a client whose entry is not a mapping with ``active`` / ``inactive``
+        lists of finite times of one length (and a finite positive ``finish_time`` when
+        ``repeat``, which repeats them at most :data:`MAX_INTERVALS` times).
     """
-    if not seconds_per_round > 0:
-        raise ValueError(f"seconds_per_round = {seconds_per_round}: must be > 0")
+    if not (seconds_per_round > 0 and math.isfinite(seconds_per_round)):
+        raise ValueError(f"seconds_per_round = {seconds_per_round}: must be a finite number > 0")
     if rounds < 1:
         raise ValueError(f"rounds = {rounds}: must be >= 1")
+    if not math.isfinite(offset):
+        raise ValueError(f"offset = {offset}: must be a finite number")
     ids = sorted(trace, key=_sort_key)
     if num_clients is not None:
         if not 1 <= num_clients <= len(ids):
@@ -119,13 +137,23 @@ def convert(
     rows: list[tuple[int, int, int, str]] = []
     for client, cid in enumerate(ids):
         entry = trace[cid]
-        active, inactive = entry.get("active"), entry.get("inactive")
-        if not isinstance(active, Sequence) or not isinstance(inactive, Sequence) or len(active) != len(inactive):
-            raise ValueError(f"client {cid!r}: needs 'active' and 'inactive' lists of the same length")
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"client {cid!r}: expected a mapping with 'active' and 'inactive', not {entry!r:.40}")
+        active: Any = entry.get("active")
+        inactive: Any = entry.get("inactive")
+        if not _times(active) or not _times(inactive) or len(active) != len(inactive):
+            raise ValueError(f"client {cid!r}: needs 'active' and 'inactive' lists of the same length (finite times)")
         period: Any = entry.get("finish_time")
-        if repeat and not (isinstance(period, (int, float)) and period > 0):
-            raise ValueError(f"client {cid!r}: needs a positive 'finish_time' to repeat (or use repeat=False)")
+        if repeat and not (_time(period) and period > 0):
+            raise ValueError(
+                f"client {cid!r}: needs a positive 'finish_time' to repeat (a finite number; or use repeat=False)"
+            )
         cycles = int(horizon // period) + 1 if repeat else 1
+        if cycles * max(len(active), 1) > MAX_INTERVALS:
+            raise ValueError(
+                f"client {cid!r}: finish_time {period} repeats its {len(active)} interval(s) {cycles} times "
+                f"in {rounds} rounds of {seconds_per_round} s: more than {MAX_INTERVALS} (use repeat=False?)"
+            )
         spans = []
         for k in range(cycles):
             shift = k * period if repeat else 0.0

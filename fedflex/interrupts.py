@@ -4,7 +4,9 @@ The first signal asks the run to stop at the next round boundary: the round in f
 finishes, its row is written, a checkpoint is saved, ``summary.json`` says
 ``"status": "interrupted"``, and the CLI prints the ``fedflex run --resume DIR``
 command and exits with 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM, 129 for
-SIGHUP). A second signal exits at once (the rows written so far stay).
+SIGHUP). A second signal exits at once (the rows written so far stay): the checkpoint
+of the last round boundary is written first when the run kept one in memory
+(:func:`add_exit_hook`), so that the run still resumes from there.
 
 Flower's simulation runs the ServerApp in a thread while the main thread drives the
 clients, so the signal handler (main thread) only sets a flag; the round loop reads it
@@ -23,12 +25,17 @@ import os
 import signal
 import sys
 import threading
-from typing import Optional
+from typing import Callable, Optional
 
 SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
 
 _received: Optional[int] = None
 _lock = threading.Lock()
+#: called by a second signal before the process exits, the latest first: they write what
+#: the run can keep (the checkpoint of the last round boundary) and say how to continue
+_exit_hooks: list[Callable[[], Optional[str]]] = []
+#: receive the exit line of a second signal (the run's log)
+_exit_sinks: list[Callable[[str], None]] = []
 
 
 def requested() -> Optional[int]:
@@ -55,8 +62,21 @@ def _handler(signum, _frame) -> None:
         first = _received is None
         if first:
             _received = signum
-    if not first:  # the second signal: leave now
-        print(f"\nfedflex: {signal_name(signum)} again: exiting now", file=sys.stderr, flush=True)
+    if not first:  # the second signal: leave now, after writing what the run can keep
+        notes = []
+        for hook in reversed(list(_exit_hooks)):  # each one: they write, then say
+            try:
+                notes.append(hook())
+            except BaseException as exc:  # noqa: BLE001 - a full disk, say: exit all the same
+                notes.append(f"its last round boundary could not be written ({exc})")
+        note = next((n for n in notes if n), None)
+        line = f"fedflex: {signal_name(signum)} again: exiting now" + (f"; {note}" if note else "")
+        print(f"\n{line}", file=sys.stderr, flush=True)
+        for sink in list(_exit_sinks):
+            try:
+                sink(line)
+            except BaseException:  # noqa: BLE001, S110 - exiting all the same
+                pass
         os._exit(exit_code(signum))
     print(
         f"\nfedflex: {signal_name(signum)}: stopping after the round in flight (press Ctrl-C again to exit now)",
@@ -106,12 +126,35 @@ def shielding_children():
 
 
 def uninstall() -> None:
-    """Restore the default signal handlers."""
+    """Restore the default signal handlers (and forget the exit hooks)."""
+    _exit_hooks.clear()
+    _exit_sinks.clear()
     for sig in SIGNALS:
         signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
 
 
+def add_exit_hook(hook: Callable[[], Optional[str]]) -> None:
+    """Have a second signal call ``hook`` before the process exits at once (once, however
+    often it is added).
+
+    A hook runs in the signal handler and should be quick: it writes what the run can keep
+    (:meth:`fedflex.launch.observers.Checkpointer.write_snapshot`) and returns the end of
+    the exit line (how to continue), or None. Every hook is called, the latest first; the
+    first note is said.
+    """
+    if hook not in _exit_hooks:
+        _exit_hooks.append(hook)
+
+
+def add_exit_sink(sink: Callable[[str], None]) -> None:
+    """Have a second signal pass its exit line to ``sink`` (e.g. the run's log) before the process exits."""
+    if sink not in _exit_sinks:
+        _exit_sinks.append(sink)
+
+
 def reset() -> None:
-    """Forget a received signal."""
+    """Forget a received signal and the exit hooks."""
     global _received
     _received = None
+    _exit_hooks.clear()
+    _exit_sinks.clear()

@@ -168,6 +168,8 @@ def load_scenario(
         if error.key == "scenario" and overrides:  # Omegaconf did not say which key: find it
             error = _culprit(schema, layers[:-1], overrides) or error
         raise error from None
+    except TypeError:  # a mapping where a list goes (or the reverse): OmegaConf names no key
+        raise _container_culprit(schema, layers) from None
     if not isinstance(cfg, ScenarioConfig):
         raise ConfigError("scenario", str(path), "did not load as a scenario")
     cfg.validate()
@@ -296,6 +298,35 @@ def _culprit(schema, file_layers: list, overrides: list[str]) -> Optional[Config
         except OmegaConfBaseException as exc:
             return ConfigError(key, value, _first_line(exc))
     return None
+
+
+def _container_culprit(schema, layers: list) -> ConfigError:
+    """Return a ConfigError naming the key whose value is a mapping where the schema has a
+    list, or a list where it has a mapping (OmegaConf's merge raises a bare TypeError).
+    """
+
+    def find(key: str, value: Any) -> Optional[ConfigError]:
+        try:
+            node = OmegaConf.select(schema, key, default=None)
+        except OmegaConfBaseException:
+            node = None
+        if isinstance(node, ListConfig) and isinstance(value, dict):
+            return ConfigError(key, value, "must be a list, not a mapping")
+        if isinstance(node, DictConfig) and isinstance(value, list):
+            return ConfigError(key, value, "must be a mapping of keys, not a list")
+        for name, child in value.items() if isinstance(value, dict) else ():
+            found = find(f"{key}.{name}", child)
+            if found is not None:
+                return found
+        return None
+
+    for layer in layers:
+        data = OmegaConf.to_container(layer)
+        for name, value in data.items() if isinstance(data, dict) else ():
+            found = find(str(name), value)
+            if found is not None:
+                return found
+    return ConfigError("scenario", None, "a mapping where a list goes, or a list where a mapping goes")
 
 
 def _first_line(exc: BaseException) -> str:

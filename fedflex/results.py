@@ -14,14 +14,16 @@ import json
 import logging
 import math
 import os
+import threading
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
 from fedflex.atomic import atomic_write
-from fedflex.statefile import StateFileError, read_state, write_state
+from fedflex.statefile import StateFileError, read_state, write_state, write_state_to
 
 logger = logging.getLogger(__name__)
 
@@ -102,9 +104,17 @@ class RunRecorder:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         _write_atomic(self.out_dir / CONFIG_FILE, config_yaml.encode("utf-8"))
         self.rows: list[dict[str, Any]] = []
+        kept: list[bytes] = []
         if keep_until is not None and (self.out_dir / METRICS_FILE).is_file():
-            self.rows = [r for r in read_metrics(self.out_dir) if r["round"] <= keep_until]
-        _write_atomic(self.out_dir / METRICS_FILE, "".join(json.dumps(r) + "\n" for r in self.rows).encode("utf-8"))
+            read_metrics(self.out_dir)  # a bad row before the last one raises; a torn last one is said
+            for line in _whole_rows(self.out_dir):  # the rows as written: the checkpoint's digest covers them
+                if not line.strip():
+                    continue
+                row = json.loads(line)
+                if row["round"] <= keep_until:
+                    self.rows.append(row)
+                    kept.append(line)
+        _write_atomic(self.out_dir / METRICS_FILE, b"".join(kept))
         self._metrics: Optional[int] = os.open(self.out_dir / METRICS_FILE, os.O_WRONLY | os.O_APPEND)
 
     def log_round(self, row: dict[str, Any]) -> None:
@@ -244,7 +254,34 @@ def summarize(rows: list[dict[str, Any]], extra: Optional[dict[str, Any]] = None
         summary["e_ludd"] = float(np.mean(lud))
     if extra:
         summary.update(extra)
+    if summary.get("status") == "completed":
+        degraded = rejected_rounds(rows)
+        if degraded:
+            summary["status"] = "degraded"
+            summary["degraded"] = degraded
+            summary["rejected_rounds"] = [r["round"] for r in rows if _all_rejected(r)]
     return summary
+
+
+def _all_rejected(row: dict[str, Any]) -> bool:
+    """Whether a train row's round trained nothing because every reply it got was rejected."""
+    return bool(row.get("rejected")) and not row.get("num_examples") and not row.get("skipped")
+
+
+def rejected_rounds(rows: list[dict[str, Any]]) -> Optional[str]:
+    """Why a run that ran all its rounds is not ``completed`` (None: it is): rounds in which
+    every reply was rejected (:mod:`strategies.replies`) trained nothing, e.g. ``3 of 20
+    rounds trained nothing: every reply was rejected (first: round 11, client 2: ...)``.
+    """
+    train = [r for r in rows if r.get("phase", "train") == "train"]
+    bad = [r for r in train if _all_rejected(r)]
+    if not bad:
+        return None
+    client, reason = (list(bad[0]["rejected"][0]) + [None, None])[:2]
+    return (
+        f"{len(bad)} of {len(train)} rounds trained nothing: every reply was rejected "
+        f"(first: round {bad[0]['round']}, client {client}: {reason})"
+    )
 
 
 def transition_summary(rows: list[dict[str, Any]], window: int = 10) -> list[dict[str, Any]]:
@@ -400,36 +437,218 @@ def plot_churn(timeline: np.ndarray, rows: list[dict[str, Any]], path: Path, tit
 
 # ---------------------------------------------------------------------------- checkpoints
 class CheckpointError(RuntimeError):
-    """A checkpoint file that cannot be read back."""
+    """A checkpoint file that cannot be read back, or that does not belong to its run."""
 
 
 CHECKPOINT_FORMAT = "fedflex-checkpoint"
-CHECKPOINT_VERSION = 1
+#: 2: the checkpoint records what it belongs to (``binding``); 1 (read with a warning): it does not
+CHECKPOINT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+#: config keys a resumed run may change in config.yaml: ``rounds`` (a run may be extended)
+#: and the keys that say how a run executes (:data:`fedflex.study.runs.EXECUTION_KEYS`)
+RESUMABLE_CHANGES = ("rounds",)
+
+
+def _bound_config(out_dir: Path) -> Optional[dict[str, Any]]:
+    """Return config.yaml of ``out_dir`` as flat ``key: value`` (JSON-able), without the keys a
+    resumed run may change (:data:`RESUMABLE_CHANGES`); None when there is no config.yaml
+    or it is not a mapping.
+    """
+    import yaml
+
+    from fedflex.study.runs import flatten, is_execution_key  # study.runs imports this module
+
+    path = Path(out_dir) / CONFIG_FILE
+    try:
+        st = path.stat()
+        stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        key = str(path.resolve())
+        if key in _BOUND_CONFIGS and _BOUND_CONFIGS[key][0] == stamp:
+            return _BOUND_CONFIGS[key][1]  # a checkpoint every round does not parse it every round
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no config.yaml, or not YAML (yaml's errors are ValueErrors)
+        return None
+    if not isinstance(data, dict):
+        return None
+    flat = flatten(data)
+    bound = json.loads(
+        json.dumps(
+            {k: v for k, v in flat.items() if k not in RESUMABLE_CHANGES and not is_execution_key(k)},
+            default=str,
+        )
+    )
+    _BOUND_CONFIGS[key] = (stamp, bound)
+    return bound
+
+
+_BOUND_CONFIGS: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {}
+
+
+def _digest(obj: Any) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+#: metrics.jsonl path -> (device, inode, bytes hashed, the last of them, rows, sha256 of them):
+#: the digest of a growing file is extended, not recomputed, at each checkpoint
+_ROW_DIGESTS: dict[str, tuple[int, int, int, bytes, int, Any]] = {}
+_TAIL = 256  # bytes before the hashed end that must still be there (an inode number can be reused)
+
+
+def rows_digest(out_dir: Path) -> tuple[int, str]:
+    """Return the number of whole rows in ``out_dir``'s metrics.jsonl and the SHA-256 of
+    their bytes (0 rows: the digest of nothing). The file only grows during a run, so
+    the digest of what was hashed before is extended; a file replaced or cut short is
+    hashed again.
+    """
+    import hashlib
+
+    path = Path(out_dir) / METRICS_FILE
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return 0, hashlib.sha256().hexdigest()
+    with fh:
+        st = os.fstat(fh.fileno())
+        key = str(path.resolve())
+        dev, ino, done, last, count, hasher = _ROW_DIGESTS.get(key, (-1, -1, 0, b"", 0, None))
+        same = hasher is not None and (dev, ino) == (st.st_dev, st.st_ino) and st.st_size >= done
+        if same:
+            fh.seek(done - len(last))
+            same = fh.read(len(last)) == last
+        if not same:
+            done, last, count, hasher = 0, b"", 0, hashlib.sha256()
+        hasher = hasher.copy()
+        fh.seek(done)
+        tail = fh.read()
+        whole = tail[: tail.rfind(b"\n") + 1]  # a torn last line is no row
+        hasher.update(whole)
+        count += whole.count(b"\n")
+        done += len(whole)
+        last = (last + whole)[-_TAIL:]
+        _ROW_DIGESTS[key] = (st.st_dev, st.st_ino, done, last, count, hasher)
+        return count, hasher.hexdigest()
+
+
+def model_spec(arrays: Any) -> list[list[Any]]:
+    """``[[name, shape, dtype], ...]`` of a model's arrays (a checkpoint's ``global_arrays``)."""
+    return [[str(k), [int(d) for d in np.shape(v)], str(np.asarray(v).dtype)] for k, v in dict(arrays).items()]
+
+
+def checkpoint_binding(out_dir: Path, strategy_state: dict[str, Any]) -> dict[str, Any]:
+    """Return what a checkpoint of ``out_dir`` belongs to: the run's config (config.yaml as flat
+    keys, less :data:`RESUMABLE_CHANGES`) and its digest, the number of metrics.jsonl rows
+    it covers and their digest, and the model's names, shapes and dtypes.
+    """
+    config = _bound_config(out_dir)
+    rows, digest = rows_digest(out_dir)
+    return {
+        "config": config,
+        "config_sha256": _digest(config) if config is not None else None,
+        "rows": rows,
+        "rows_sha256": digest,
+        "model": model_spec(strategy_state.get("global_arrays", {})) if isinstance(strategy_state, dict) else None,
+    }
+
+
+class _Snapshots(threading.local):
+    """Where :func:`save_checkpoint` keeps a checkpoint in memory instead of writing it
+    (:func:`checkpoint_in_memory`), per thread.
+    """
+
+    def __init__(self) -> None:
+        self.active = False
+        self.taken: Optional[tuple[int, bytes, Path]] = None
+
+
+_snapshots = _Snapshots()
+
+
+@contextmanager
+def checkpoint_in_memory() -> Iterator[list[tuple[int, bytes, Path]]]:
+    """Make :func:`save_checkpoint` calls in this block (this thread) keep the checkpoint
+    file's bytes in memory instead of writing them: the block's list receives
+    ``(round, bytes, directory)`` of the last one. :class:`fedflex.launch.observers.Checkpointer` takes such a
+    snapshot at round boundaries, to write when a second signal ends the run at once.
+    """
+    taken: list[tuple[int, bytes, Path]] = []
+    _snapshots.active = True
+    try:
+        yield taken
+    finally:
+        _snapshots.active = False
+        if _snapshots.taken is not None:
+            taken.append(_snapshots.taken)
+            _snapshots.taken = None
+
+
+def checkpoint_state(out_dir: Path, server_round: int, strategy, run_wall_s: float = 0.0) -> dict[str, Any]:
+    """Return what :func:`save_checkpoint` stores (with its :func:`checkpoint_binding`)."""
+    state = strategy.state_dict()
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "round": server_round,
+        "strategy": state,
+        "run_wall_s": run_wall_s,
+        "binding": checkpoint_binding(out_dir, state),
+    }
 
 
 def save_checkpoint(out_dir: Path, server_round: int, strategy, run_wall_s: float = 0.0) -> None:
     """Save the server state after ``server_round`` (atomic write, :func:`fedflex.statefile.write_state`:
     the arrays in an ``.npz``, the rest as JSON; nothing that loading could execute);
-    ``run_wall_s``: the run's wall time so far (summed over resumes).
+    ``run_wall_s``: the run's wall time so far (summed over resumes). The checkpoint
+    records what it belongs to (:func:`checkpoint_binding`), which :func:`load_checkpoint`
+    checks. Inside :func:`checkpoint_in_memory`, the file's bytes are kept instead.
     """
-    state = {
-        "format": CHECKPOINT_FORMAT,
-        "version": CHECKPOINT_VERSION,
-        "round": server_round,
-        "strategy": strategy.state_dict(),
-        "run_wall_s": run_wall_s,
-    }
+    state = checkpoint_state(out_dir, server_round, strategy, run_wall_s)
+    if _snapshots.active:
+        import io
+
+        buf = io.BytesIO()
+        write_state_to(buf, state)
+        _snapshots.taken = (server_round, buf.getvalue(), Path(out_dir))
+        return
     write_state(Path(out_dir) / CHECKPOINT_FILE, state)
+
+
+def write_snapshot(out_dir: Path, data: bytes) -> None:
+    """Write checkpoint bytes kept by :func:`checkpoint_in_memory` as ``out_dir``'s
+    checkpoint (whole or not at all; its own temporary file, so that a checkpoint write
+    in flight in another thread is not mixed in).
+    """
+    path = Path(out_dir) / CHECKPOINT_FILE
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.exit.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    try:  # a checkpoint write of this process that the exit cuts short leaves no temporary file
+        path.with_name(f".{path.name}.{os.getpid()}.tmp").unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def load_checkpoint(out_dir: Path) -> dict:
     """Return a run directory's checkpoint (written by :func:`save_checkpoint`), read without
-    unpickling anything. A ``checkpoint.pkl`` of an older fedflex is refused unread.
+    unpickling anything, once it is found to belong to the run (:func:`check_binding`). A
+    ``checkpoint.pkl`` of an older fedflex is refused unread. Reads only.
 
     Raises
     ------
     CheckpointError
-        When the file is missing, damaged, not a fedflex checkpoint, or an old pickle.
+        When the file is missing, damaged, not a fedflex checkpoint, an old pickle, or
+        not this run's (one line naming what differs).
     """
     path = Path(out_dir) / CHECKPOINT_FILE
     legacy = Path(out_dir) / LEGACY_CHECKPOINT_FILE
@@ -448,11 +667,170 @@ def load_checkpoint(out_dir: Path) -> dict:
         not isinstance(checkpoint, dict)
         or checkpoint.get("format") != CHECKPOINT_FORMAT
         or not {"round", "strategy"} <= set(checkpoint)
+        or not isinstance(checkpoint["strategy"], dict)
     ):
         raise CheckpointError(f"{path} is not a fedflex checkpoint; it cannot be resumed")
-    if checkpoint.get("version") != CHECKPOINT_VERSION:
+    if checkpoint.get("version") not in READABLE_VERSIONS:
         raise CheckpointError(
             f"{path} is a checkpoint of format version {checkpoint.get('version')} (this fedflex reads "
-            f"{CHECKPOINT_VERSION}); it cannot be resumed"
+            f"{', '.join(map(str, READABLE_VERSIONS))}); it cannot be resumed"
         )
+    check_binding(out_dir, checkpoint)
     return checkpoint
+
+
+def _differences(bound: dict[str, Any], now: dict[str, Any], most: int = 3) -> list[str]:
+    """Return ``key = now (checkpoint: bound)`` for the keys both have with other values."""
+    keys = [k for k in now if k in bound and now[k] != bound[k]]
+    out = [f"{k} = {json.dumps(now[k])} (the checkpoint's run: {json.dumps(bound[k])})" for k in keys[:most]]
+    if len(keys) > most:
+        out.append(f"{len(keys) - most} more")
+    return out
+
+
+def _whole_rows(out_dir: Path) -> list[bytes]:
+    """Return the whole lines (each with its newline) of ``out_dir``'s metrics.jsonl."""
+    try:
+        data = (Path(out_dir) / METRICS_FILE).read_bytes()
+    except FileNotFoundError:
+        return []
+    return data[: data.rfind(b"\n") + 1].splitlines(keepends=True)
+
+
+def check_binding(out_dir: Path, checkpoint: dict[str, Any]) -> None:
+    """Check that ``checkpoint`` belongs to the run in ``out_dir``, reading only: its round is
+    a round of the run (an integer, at most config.yaml's ``rounds``, the round of the last
+    row it covers), config.yaml is the config it was written with (but for
+    :data:`RESUMABLE_CHANGES`), metrics.jsonl begins with the rows it covers, and the
+    model arrays in it have the names, shapes and dtypes it recorded. A checkpoint of
+    format 1 records none of this: only its round is checked (with a warning).
+
+    Raises
+    ------
+    CheckpointError
+        Naming the first thing that differs, in one line.
+    """
+    import hashlib
+
+    path = Path(out_dir) / CHECKPOINT_FILE
+    server_round = checkpoint["round"]
+    if not isinstance(server_round, int) or isinstance(server_round, bool) or server_round < 0:
+        raise CheckpointError(f"{path}: its round {server_round!r} is not a round number; it cannot be resumed")
+    config = _bound_config(out_dir)
+    raw = _raw_rounds(out_dir)
+    if isinstance(raw, int) and server_round > raw:
+        raise CheckpointError(
+            f"{path} is of round {server_round}, but {CONFIG_FILE} plans {raw} rounds; it cannot be resumed"
+        )
+    binding = checkpoint.get("binding")
+    if binding is None:
+        logger.warning(
+            "%s was written by an older fedflex and records no binding to its run: config.yaml and metrics.jsonl "
+            "are not checked against it",
+            path,
+        )
+        return
+    if not isinstance(binding, dict):
+        raise CheckpointError(f"{path}: its binding is not a mapping; it cannot be resumed")
+    foreign = f"{path} does not belong to the run in {out_dir}"
+    # the config it was written with
+    bound = binding.get("config")
+    if isinstance(bound, dict) and config is not None and _digest(config) != binding.get("config_sha256"):
+        differ = _differences(bound, config)
+        if differ:
+            raise CheckpointError(f"{foreign}: {CONFIG_FILE} has {'; '.join(differ)}; it cannot be resumed")
+    # the rows it covers
+    count = binding.get("rows")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise CheckpointError(f"{path}: the number of rows it covers ({count!r}) is not a count; it cannot be resumed")
+    lines = _whole_rows(out_dir)
+    if len(lines) < count:
+        raise CheckpointError(
+            f"{foreign}: it covers {count} rows of {METRICS_FILE}, which has {len(lines)}; it cannot be resumed"
+        )
+    covered = lines[:count]
+    if hashlib.sha256(b"".join(covered)).hexdigest() != binding.get("rows_sha256"):
+        raise CheckpointError(
+            f"{foreign}: the first {count} rows of {METRICS_FILE} are not the rows it covers (edited, or another "
+            "run's); it cannot be resumed"
+        )
+    if covered:
+        try:
+            last = json.loads(covered[-1])["round"]
+        except (ValueError, KeyError, TypeError):
+            last = None
+        if last != server_round:
+            raise CheckpointError(
+                f"{path} says round {server_round}, but the {count} rows it covers end at round {last}; "
+                "it cannot be resumed"
+            )
+    elif server_round > 0 and lines:
+        raise CheckpointError(
+            f"{path} says round {server_round}, but it covers no row of {METRICS_FILE}; it cannot be resumed"
+        )
+    # the model
+    spec = binding.get("model")
+    have = model_spec(checkpoint["strategy"].get("global_arrays") or {})
+    if spec is not None and have != spec:
+        raise CheckpointError(f"{path}: its model arrays {_spec_difference(spec, have)}; it cannot be resumed")
+
+
+def _raw_rounds(out_dir: Path) -> Optional[int]:
+    """Return config.yaml's ``rounds`` as written (None when it cannot be read)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((Path(out_dir) / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    rounds = data.get("rounds") if isinstance(data, dict) else None
+    return rounds if isinstance(rounds, int) and not isinstance(rounds, bool) else None
+
+
+def _spec_difference(expected: list, have: list) -> str:
+    """Return how model specs (:func:`model_spec`) differ, e.g. ``fc.weight is float64, not float32``."""
+    want = {str(e[0]): e for e in expected if isinstance(e, (list, tuple)) and len(e) == 3}
+    got = {str(h[0]): h for h in have}
+    missing = [k for k in want if k not in got]
+    extra = [k for k in got if k not in want]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"lack {', '.join(missing[:3])}")
+        if extra:
+            parts.append(f"have {', '.join(extra[:3])}, which the model has not")
+        return " and ".join(parts)
+    for name, (_, shape, dtype) in want.items():
+        _, gshape, gdtype = got[name]
+        if list(gshape) != list(shape):
+            return f"{name} has shape {tuple(gshape)}, not {tuple(shape)}"
+        if gdtype != dtype:
+            return f"{name} is {gdtype}, not {dtype}"
+    return "differ in order from the model's"
+
+
+def check_model(checkpoint: dict[str, Any], model_state: Any) -> None:
+    """Check that the model arrays of a checkpoint have the names, shapes and dtypes of the
+    model the run's config builds (``model_state``: name -> array or tensor, e.g. a torch
+    state dict built on the meta device).
+
+    Raises
+    ------
+    CheckpointError
+        Naming the first array that differs.
+    """
+    expected = [[str(k), [int(d) for d in v.shape], _dtype_name(v)] for k, v in dict(model_state).items()]
+    have = model_spec(checkpoint["strategy"].get("global_arrays") or {})
+    if have != expected:
+        raise CheckpointError(
+            f"{CHECKPOINT_FILE}: its model arrays {_spec_difference(expected, have)} (the model config.yaml builds)"
+        )
+
+
+def _dtype_name(value: Any) -> str:
+    """Return the NumPy dtype name of an array or a torch tensor (also on the meta device)."""
+    if isinstance(value, np.ndarray):
+        return str(value.dtype)
+    import torch
+
+    return str(torch.empty((), dtype=value.dtype).numpy().dtype)

@@ -22,7 +22,7 @@ import json
 import math
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -111,10 +111,17 @@ def write_state(path: Path, obj: Any) -> None:
     then ``os.replace``); on failure (a full disk) the temporary file is removed and an
     earlier file at ``path`` is left as it was.
     """
+    with atomic_write(path) as fh:
+        write_state_to(fh, obj)
+
+
+def write_state_to(fh: BinaryIO, obj: Any) -> None:
+    """Write ``obj`` as a state file into the open binary file ``fh`` (:func:`write_state`'s
+    content, e.g. into memory).
+    """
     data, arrays = encode(obj)
     text = json.dumps(data, allow_nan=False)
-    with atomic_write(path) as fh:
-        np.savez(fh, **{STATE_ENTRY: np.frombuffer(text.encode("utf-8"), dtype=np.uint8)}, **arrays)  # type: ignore[arg-type]
+    np.savez(fh, **{STATE_ENTRY: np.frombuffer(text.encode("utf-8"), dtype=np.uint8)}, **arrays)  # type: ignore[arg-type]
 
 
 def read_state(path: Path) -> Any:

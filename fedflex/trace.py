@@ -86,6 +86,9 @@ def _cell(path: Path, line: int, row: list[str], col: dict[str, int], name: str,
             return empty
         raise _error(path, line, f"{name} is empty; expected an integer")
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise _error(path, line, f"{name} = {text!r} is not an integer") from None
+    if not -FOREVER - 1 <= value <= FOREVER:  # the rounds are int64 (fedflex.churn.TraceAvailability)
+        raise _error(path, line, f"{name} = {text} is out of range (at most {FOREVER}; empty online_until: forever)")
+    return value

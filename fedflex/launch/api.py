@@ -53,7 +53,7 @@ class Run:
 
     @property
     def status(self) -> Optional[str]:
-        """``completed``, ``interrupted``, ``diverged`` or ``failed``."""
+        """``completed``, ``degraded``, ``interrupted``, ``diverged`` or ``failed``."""
         return self.summary.get("status")
 
     def curve(self, field: str = "test_accuracy") -> tuple[np.ndarray, np.ndarray]:

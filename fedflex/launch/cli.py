@@ -19,7 +19,8 @@
 (``--jobs N`` at a time, each on its share of the CPUs; with ``--ray-address`` as tasks on a Ray
 cluster, ``DIR`` on a filesystem every node shares) and indexes them in ``DIR/sweep.json``;
 run again, it keeps finished runs, resumes interrupted ones and reruns failed ones. Exit status
-0 when every run finished (completed or diverged), 1 when one failed, 128 + N on signal N.
+0 when every run finished (completed, degraded or diverged), 1 when one failed, 128 + N on
+signal N.
 ``compare`` groups runs by the config keys in which they differ (seed aside) or ``--by``, and
 writes ``compare.md``, ``compare.csv`` and seed-banded curves (default ``DIR/compare/``);
 see :mod:`fedflex.study`.
@@ -31,14 +32,21 @@ without a usable reply), or stopped by ``churn.on_too_few=fail``, is a failed ru
 ``"status": "failed"`` and the reason as ``failure`` in summary.json, that reason as one
 line, exit status 1.
 
-Exit status: 0 completed (or stopped at ``evaluation.stop_at_accuracy``); 1 missing data
-or a failed run; 2 a bad scenario, override, ``--out`` or checkpoint (nothing written);
-3 the run diverged (``evaluation.stop_on_divergence``); 74 the results could not be
-written (a full disk or quota: every file in DIR stays whole; resumable with ``fedflex
-run --resume DIR`` once there is room, when a checkpoint was written); 128 + N stopped
-by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), resumable with ``fedflex run
---resume DIR``. A run holds a lock on its results directory: a second run (or
-``--resume``) on it is refused with status 2 while the first one lasts.
+A run that ran its rounds but in some of them trained nothing because every reply was
+rejected is ``"status": "degraded"`` (the rounds in ``rejected_rounds``), one line, exit
+status 1.
+
+Exit status: 0 completed (or stopped at ``evaluation.stop_at_accuracy``); 1 missing data,
+a failed or a degraded run; 2 a bad scenario, override, ``--out`` or checkpoint (one that
+is damaged or does not belong to the run: nothing written); 3 the run diverged
+(``evaluation.stop_on_divergence``); 74 the results could not be written (a full disk or
+quota, a read-only or failing file system, lost permissions: every file in DIR stays
+whole; ``fedflex run --resume DIR`` once the cause is gone); 128 + N stopped by signal N
+(130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), resumable with ``fedflex run --resume DIR`` (a
+second signal exits at once, after writing the checkpoint of the last round boundary).
+``--resume`` of a run that wrote no checkpoint runs it again from round 1 in place. A run
+holds a lock on its results directory: a second run (or ``--resume``) on it is refused
+with status 2 while the first one lasts.
 """
 
 from __future__ import annotations
@@ -52,15 +60,17 @@ from typing import Optional, Sequence
 
 from fedflex.config import ConfigError
 from fedflex.loader import load_scenario
-from fedflex.results import CHECKPOINT_FILE, SUMMARY_FILE, default_out_dir
+from fedflex.results import CHECKPOINT_FILE, CONFIG_FILE, SUMMARY_FILE, default_out_dir
 from fedflex.rundir import RunDirError, RunDirLock
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_DIVERGED = 3
 EXIT_WRITE = 74  # sysexits.h EX_IOERR
-#: write errors that end a run with EXIT_WRITE and one line (a full disk or quota)
+#: a full disk or quota: "make room"
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+#: I/O errors that end a run with EXIT_WRITE and one line (every file whole, resumable)
+IO_ERRNOS = WRITE_ERRNOS | {errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
 
 
 class _Version(argparse.Action):
@@ -184,44 +194,116 @@ def _run(args: argparse.Namespace) -> int:
         lock.release()
 
 
-def _execute(cfg, out: Path, verbose: bool, resume: Optional[dict] = None) -> int:
+def _execute(cfg, out: Path, verbose: bool, resume: Optional[dict] = None, announce: str = "") -> int:
     """Run (or resume) ``cfg`` into ``out`` under the held lock: the exit status, with one
-    line for missing data, a configuration found bad with the data, or a full disk.
+    line for missing data, a configuration found bad with the data, a checkpoint whose
+    model is not the config's, or an I/O error of the results directory. ``announce``:
+    said (and logged in run.log) once the run passed its checks, before it writes.
     """
+
+    def ready() -> None:
+        if announce:
+            print(announce, file=sys.stderr)
+            _log_outcome(out, logging.INFO, announce)
+
     from fedflex.data import DataNotFoundError
     from fedflex.launch import runner  # imports torch and Flower: after the cheap checks
+    from fedflex.results import CheckpointError
 
     try:
-        with _interruptible():
-            runner.run(cfg, out, verbose=verbose, resume=resume)
+        with _interruptible(out):
+            runner.run(cfg, out, verbose=verbose, resume=resume, ready=ready)
     except DataNotFoundError as exc:
         return _fail(str(exc), code=1)
     except ConfigError as exc:  # found with the data: a missing column, num_clients vs natural clients
         return _fail(f"config error: {exc}")
+    except CheckpointError as exc:  # found with the data: the model the config builds
+        return _fail(f"--resume {out}: {exc}; it cannot be resumed; nothing was changed")
     except OSError as exc:
-        if exc.errno not in WRITE_ERRNOS:
+        if exc.errno not in IO_ERRNOS and not _inside(exc.filename, out):
             raise
         return _write_failed(out, exc)
     return _finished(out)
 
 
+def _inside(filename, out: Path) -> bool:
+    """Whether ``filename`` (of an OSError) is ``out`` or a file in it."""
+    if not filename or not isinstance(filename, (str, Path)):
+        return False
+    try:
+        path, top = Path(filename).resolve(), out.resolve()
+    except (OSError, RuntimeError):
+        return False
+    return path == top or top in path.parents
+
+
 def _write_failed(out: Path, exc: OSError) -> int:
-    """Return the one line of a run that could not write its results (a full disk)."""
+    """Return the one line of a run that ended on an I/O error of its results directory
+    (a full disk, a read-only or failing file system, lost permissions): what to do once
+    the cause is gone, with a command that works.
+    """
     where = f" ({exc.filename})" if exc.filename else ""
-    if (out / CHECKPOINT_FILE).is_file():
-        then = f"make room and continue with: fedflex run --resume {out}"
+    if exc.filename and not _inside(exc.filename, out):  # not the results: the partition cache, say
+        return _fail(f"I/O error{where}: {exc.strerror or exc}; the results in {out} stay whole", code=EXIT_WRITE)
+    if exc.errno in WRITE_ERRNOS:
+        once = "make room and "
+    elif exc.errno == errno.EIO:
+        once = "once the device works again, "
     else:
-        then = "no checkpoint was written, so nothing can be resumed: make room and start the run again"
-    return _fail(f"cannot write the results in {out}: {exc.strerror or exc}{where}; {then}", code=EXIT_WRITE)
+        once = f"once {out} can be written again, "
+    if (out / CHECKPOINT_FILE).is_file():
+        then = f"{once}continue with: fedflex run --resume {out}"
+    elif (out / CONFIG_FILE).is_file():
+        then = f"no checkpoint was written yet: {once}start it over in place with: fedflex run --resume {out}"
+    elif not out.exists() or not any(out.iterdir()):
+        then = f"no checkpoint was written, so nothing can be resumed: {once}start the run again"
+    else:
+        then = f"no checkpoint was written, so nothing can be resumed: {once}remove {out} and start the run again"
+    line = f"cannot write the results in {out}: {exc.strerror or exc}{where}; {then}"
+    _log_outcome(out, logging.ERROR, line)
+    return _fail(line, code=EXIT_WRITE)
+
+
+def _log_outcome(out: Path, level: int, line: str) -> None:
+    """Append how the run ended to its ``run.log`` (when it has one), so that the file keeps
+    the history of a run stopped and resumed; a log that cannot be written is left as is.
+    """
+    from fedflex.runinfo import LOG_FORMAT, RUN_LOG
+
+    path = out / RUN_LOG
+    if not path.is_file():
+        return
+    record = logging.makeLogRecord({"name": "fedflex", "levelno": level, "levelname": logging.getLevelName(level)})
+    record.msg = line
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(logging.Formatter(LOG_FORMAT).format(record) + "\n")
+    except OSError:
+        pass
 
 
 class _interruptible:
-    """SIGINT / SIGTERM / SIGHUP stop the run at a round boundary (fedflex.interrupts)."""
+    """SIGINT / SIGTERM / SIGHUP stop the run at a round boundary (fedflex.interrupts); a
+    second one exits at once, after writing the last round boundary's checkpoint, saying
+    how to continue, also in ``out/run.log``.
+    """
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
 
     def __enter__(self) -> None:
         from fedflex import interrupts
 
         interrupts.install()
+        interrupts.add_exit_hook(self._how_to_continue)
+        interrupts.add_exit_sink(lambda line: _log_outcome(self.out, logging.WARNING, line))
+
+    def _how_to_continue(self) -> str:
+        if (self.out / CHECKPOINT_FILE).is_file():
+            return f"continue with: fedflex run --resume {self.out}"
+        if (self.out / CONFIG_FILE).is_file():
+            return f"no checkpoint was written yet: start it over in place with: fedflex run --resume {self.out}"
+        return f"nothing to resume: remove {self.out} and start the run again"
 
     def __exit__(self, *exc) -> None:
         from fedflex import interrupts
@@ -242,29 +324,38 @@ def _finished(out: Path) -> int:
         summary = {}
     status = summary.get("status")
     last = summary.get("last_round")
+
+    def say(level: int, line: str, code: int, logged: Optional[str] = None) -> int:
+        print(line, file=sys.stderr)
+        _log_outcome(out, level, logged or line.removeprefix("fedflex: "))
+        return code
+
     if status == "interrupted" or interrupts.requested() is not None:
         signum = interrupts.requested() or 2
+        by = summary.get("interrupted_by") or interrupts.signal_name(signum)
         if (out / CHECKPOINT_FILE).is_file():
-            print(
-                f"fedflex: interrupted after round {last}; results so far in {out}; "
-                f"continue with: fedflex run --resume {out}",
-                file=sys.stderr,
-            )
+            then = f"continue with: fedflex run --resume {out}"
+            line = f"fedflex: interrupted after round {last}; results so far in {out}; {then}"
+            logged = f"interrupted by {by} after round {last}; {then}"
         else:
-            print(f"fedflex: interrupted before a round completed; nothing to resume in {out}", file=sys.stderr)
-        return interrupts.exit_code(signum)
+            then = f"start it over in place with: fedflex run --resume {out}"
+            line = f"fedflex: interrupted before its first checkpoint; {then}"
+            logged = f"interrupted by {by} before its first checkpoint; {then}"
+        return say(logging.WARNING, line, interrupts.exit_code(signum), logged)
     if status == "failed" and summary.get("failure"):
-        print(f"fedflex: the run failed: {summary['failure']}; results in {out}", file=sys.stderr)
-        return EXIT_FAILED
+        return say(logging.ERROR, f"fedflex: the run failed: {summary['failure']}; results in {out}", EXIT_FAILED)
     if status == "diverged":
-        print(
-            f"fedflex: diverged in round {summary.get('diverged_round')}: {summary.get('divergence')}; "
-            f"results up to it in {out}",
-            file=sys.stderr,
+        causes = summary.get("divergence_causes") or []
+        likely = f"; likely: {causes[0]}" if causes else ""
+        line = (
+            f"fedflex: diverged in round {summary.get('diverged_round')}: {summary.get('divergence')}{likely}; "
+            f"results up to it in {out}"
         )
-        return EXIT_DIVERGED
-    print(f"results: {out}", file=sys.stderr)
-    return 0
+        return say(logging.ERROR, line, EXIT_DIVERGED)
+    if status == "degraded":
+        line = f"fedflex: the run did not complete: {summary.get('degraded')}; results in {out}"
+        return say(logging.ERROR, line, EXIT_FAILED)
+    return say(logging.INFO, f"results: {out}", 0)
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -275,6 +366,8 @@ def _resume(args: argparse.Namespace) -> int:
         )
     from fedflex.launch.server import RunConfigError, resume_point
 
+    if not _has_checkpoint(out):
+        return _start_over(out, args.verbose)
     try:
         resume_point(out, option="--resume ")  # a run directory, before the lock file goes there
     except RunConfigError as exc:
@@ -290,12 +383,66 @@ def _resume(args: argparse.Namespace) -> int:
         except RunConfigError as exc:
             return _fail(str(exc))
         done = checkpoint["round"] >= cfg.rounds
-        print(
-            f"resuming {out} after round {checkpoint['round']}"
-            + (": all rounds ran; writing the final model and summary.json" if done else ""),
-            file=sys.stderr,
+        announce = f"resuming {out} after round {checkpoint['round']}" + (
+            ": all rounds ran; writing the final model and summary.json" if done else ""
         )
-        return _execute(cfg, out, args.verbose, resume=checkpoint)
+        return _execute(cfg, out, args.verbose, resume=checkpoint, announce=announce)
+    finally:
+        lock.release()
+
+
+def _has_checkpoint(out: Path) -> bool:
+    from fedflex.results import LEGACY_CHECKPOINT_FILE
+
+    return (out / CHECKPOINT_FILE).is_file() or (out / LEGACY_CHECKPOINT_FILE).is_file()
+
+
+def _start_point(out: Path):
+    """Return the config of a run in ``out`` that wrote no checkpoint (stopped before its
+    first one, e.g. by a second Ctrl-C or a full disk), to run again from round 1 in place;
+    or the one line why it cannot be.
+    """
+    from fedflex.study.runs import read_summary
+
+    if not out.is_dir():
+        return None, f"--resume {out}: no such directory"
+    if not (out / CONFIG_FILE).is_file():
+        return None, f"--resume {out}: no {CHECKPOINT_FILE} and no {CONFIG_FILE} there: not a fedflex run directory"
+    try:
+        cfg = load_scenario(out / CONFIG_FILE)
+    except ConfigError as exc:
+        return None, f"config error in {out / CONFIG_FILE}: {exc}"
+    summary = read_summary(out) or {}
+    if summary.get("status") not in (None, "failed", "interrupted") and (out / "model.npz").is_file():
+        return None, f"--resume {out}: the run already ended ({summary.get('status')}) and wrote no checkpoint"
+    return cfg, None
+
+
+def _start_over(out: Path, verbose: bool) -> int:
+    """``--resume`` of a run that wrote no checkpoint: run it again from round 1 in place,
+    as configured in its config.yaml (the rows it wrote are run again, as a resume runs
+    again the rows after its checkpoint).
+    """
+    cfg, problem = _start_point(out)
+    if problem:
+        return _fail(problem)
+    lock = RunDirLock(out, new=False, option="--resume")
+    try:
+        lock.acquire()
+    except RunDirError as exc:
+        return _fail(str(exc))
+    try:
+        cfg, problem = _start_point(out)  # as the last holder left it
+        if problem or _has_checkpoint(out):
+            return _fail(problem or f"--resume {out}: a checkpoint appeared meanwhile: resume again")
+        from fedflex.results import read_metrics
+
+        try:
+            rows = len(read_metrics(out))
+        except (OSError, ValueError):
+            rows = 0
+        again = f" (its {rows} row{'s' if rows != 1 else ''} run again)" if rows else ""
+        return _execute(cfg, out, verbose, announce=f"resuming {out} from the start: it wrote no checkpoint{again}")
     finally:
         lock.release()
 

@@ -155,15 +155,63 @@ def divergence_cause(record, global_arrays) -> Optional[str]:
     Diverged: every reply of the round was rejected for NaN / Inf values, the global
     model holds NaN / Inf, or the test loss is not finite.
     """
+    found = _diverged(record, global_arrays)
+    return found[1] if found is not None else None
+
+
+def _diverged(record, global_arrays) -> Optional[tuple[str, str]]:
+    """Return ``(what, cause)``: what diverged (``replies``, ``model``, ``loss``) and why; None: nothing."""
     nonfinite = int(record.extra.get("rejected_nonfinite", 0))
     if nonfinite and not record.sampled:
-        return f"all {nonfinite} repl{'y' if nonfinite == 1 else 'ies'} had NaN or Inf values (local training diverged)"
+        replies = f"all {nonfinite} repl{'y' if nonfinite == 1 else 'ies'}"
+        return "replies", f"{replies} had NaN or Inf values (local training diverged)"
     bad = [k for k, a in global_arrays.items() if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a))]
     if bad:
-        return f"the global model has NaN or Inf values ({', '.join(bad[:3])})"
+        if record.sampled:
+            where = f"after aggregating {len(record.sampled)} finite repl{'y' if len(record.sampled) == 1 else 'ies'}"
+            return "model", f"the global model has NaN or Inf values ({', '.join(bad[:3])}) {where}"
+        return "model", f"the global model has NaN or Inf values ({', '.join(bad[:3])})"
     if record.test_loss is not None and not np.isfinite(record.test_loss):
-        return f"the test loss is {record.test_loss}"
+        return "loss", f"the test loss is {record.test_loss}"
     return None
+
+
+#: aggregators whose server step is more than the mean of the replies
+SERVER_OPTIMISERS = ("fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedams", "fedaware", "bherd")
+
+
+def likely_causes(cfg: ScenarioConfig, what: str, record, global_arrays) -> list[str]:
+    """Return the likely causes of a divergence, the one the round's evidence points to first.
+
+    ``what`` (:func:`_diverged`): ``replies``, every reply was non-finite, so local training
+    diverged: the clients' step (``client.lr``, then momentum and epochs); ``model``, the
+    replies were finite but the aggregated model is not: the server step
+    (``strategy.aggregator``), then an oversized update (``clip_norm``), then the clients'
+    step; ``loss``, a finite model whose test loss is not: the server step first when the
+    clients' own training loss stayed finite, the clients' step first when it did not.
+    """
+    client, agg = cfg.client, cfg.strategy.aggregator
+    local = [f"client.lr = {client.lr:g} too large for this model (local training)"]
+    if client.momentum:
+        local.append(f"client.momentum = {client.momentum:g}")
+    if client.epochs > 1 or client.steps:
+        local.append(f"client.epochs = {client.epochs}" if not client.steps else f"client.steps = {client.steps}")
+    server = []
+    if agg.server_lr != 1.0 or agg.name in SERVER_OPTIMISERS or agg.aware.enabled:
+        server.append(f"the server step: strategy.aggregator.name = {agg.name}, server_lr = {agg.server_lr:g}")
+    oversized = [
+        "an oversized client update: strategy.aggregator.clip_norm"
+        + (f" = {agg.clip_norm:g}" if agg.clip_norm else " (off)")
+        + " or a robust aggregator"
+    ]
+    if what == "replies":
+        return local
+    if what == "model":
+        return [*server, *oversized, *local]
+    train_loss = getattr(record, "train_loss", None)
+    if train_loss is not None and np.isfinite(train_loss):  # the clients' models were fine
+        return [*server, *local, *oversized]
+    return [*local, *server, *oversized]
 
 
 class StopRules:
@@ -197,15 +245,19 @@ class StopRules:
     def _rules(self, record, arrays: Optional[ArrayRecord]) -> tuple[bool, bool]:
         cfg = self.cfg
         if cfg.evaluation.stop_on_divergence:
-            cause = divergence_cause(record, record_to_numpy(arrays) if arrays is not None else {})
-            if cause is not None:
-                self.fields.update(status="diverged", diverged_round=record.round, divergence=cause)
+            model = record_to_numpy(arrays) if arrays is not None else {}
+            found = _diverged(record, model)
+            if found is not None:
+                what, cause = found
+                likely = likely_causes(cfg, what, record, model)
+                self.fields.update(
+                    status="diverged", diverged_round=record.round, divergence=cause, divergence_causes=likely
+                )
                 logger.error(
-                    "round %d: the run diverged: %s; likely cause: client.lr = %g is too large for this model "
-                    "(or the server step: strategy.aggregator.server_lr); stopping",
+                    "round %d: the run diverged: %s; likely causes, most likely first: %s; stopping",
                     record.round,
                     cause,
-                    cfg.client.lr,
+                    "; ".join(likely),
                 )
                 return True, False
         signum = interrupts.requested()
@@ -239,7 +291,17 @@ class Checkpointer:
     """The server state every ``every`` rounds (0: never), after the last round, and
     after a round a stop rule ends resumably (a signal: even with ``every`` 0, so that
     the run can be resumed); after the round's row is written (observers run in order).
+
+    Between those, when the run owns the stop signals (:func:`fedflex.interrupts.install`:
+    ``fedflex run``), it keeps the latest round boundary's checkpoint in memory (a snapshot,
+    :func:`fedflex.results.checkpoint_in_memory`) while that costs at most
+    :attr:`SNAPSHOT_SHARE` of the run's time, and hands it to :mod:`fedflex.interrupts`:
+    a second signal, which ends the run at once in the middle of a round, first writes it,
+    so that the run resumes from the round boundary before the stop.
     """
+
+    #: the share of the run's wall time that in-memory snapshots may take
+    SNAPSHOT_SHARE = 0.02
 
     def __init__(
         self,
@@ -251,6 +313,11 @@ class Checkpointer:
     ) -> None:
         self.save, self.every, self.last = save, every, last
         self.stops, self.clock = stops, clock
+        self.saved_round: Optional[int] = None  # the round of the last checkpoint written by this process
+        self.snapshot: Optional[tuple[int, bytes, Any]] = None  # (round, checkpoint bytes, directory)
+        self._t0 = time.perf_counter()
+        self._spent = 0.0  # seconds spent on snapshots
+        self._cost = 0.0  # seconds the last one took
 
     def after_round(self, record, arrays: Optional[ArrayRecord] = None) -> bool:
         """Write a checkpoint when one is due (every ``checkpoint_every`` rounds, at a stop or a signal)."""
@@ -262,4 +329,44 @@ class Checkpointer:
         final = server_round == self.last or (stop and resumable)
         if (self.every and (server_round % self.every == 0 or final)) or signalled:
             self.save(server_round, self.clock.total())
+            self.saved_round, self.snapshot = server_round, None
+        elif not stop and interrupts.installed() and self._snapshot_affordable():
+            self._take_snapshot(server_round)  # only where a second signal can use it (the CLI)
         return False
+
+    def _snapshot_affordable(self) -> bool:
+        elapsed = time.perf_counter() - self._t0
+        return self._spent + self._cost <= self.SNAPSHOT_SHARE * elapsed
+
+    def _take_snapshot(self, server_round: int) -> None:
+        from fedflex.results import checkpoint_in_memory
+
+        t0 = time.perf_counter()
+        try:
+            with checkpoint_in_memory() as taken:
+                self.save(server_round, self.clock.total())
+        except Exception:  # a snapshot is a convenience: it must never cost the run
+            logger.debug("no snapshot of round %d", server_round, exc_info=True)
+            taken = []
+        self._cost = time.perf_counter() - t0
+        self._spent += self._cost
+        if taken:
+            self.snapshot = taken[-1]
+            interrupts.add_exit_hook(self.write_snapshot)
+
+    def write_snapshot(self) -> Optional[str]:
+        """Write the round boundary's snapshot as the checkpoint when it is newer than the
+        one this process wrote (a second signal ends the run at once); return how to
+        continue, as the end of a sentence (None: nothing written).
+        """
+        from fedflex.results import write_snapshot
+
+        snapshot = self.snapshot
+        if snapshot is None:
+            return None
+        server_round, data, out = snapshot
+        if self.saved_round is not None and self.saved_round >= server_round:
+            return None
+        write_snapshot(out, data)
+        self.saved_round = server_round
+        return f"checkpoint of round {server_round} written: continue with: fedflex run --resume {out}"

@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional, cast
+from typing import Any, Callable, Optional, cast
 
 from fedflex import interrupts
 from fedflex.config import ScenarioConfig
@@ -124,6 +124,30 @@ def decide_cohorts(cfg: ScenarioConfig, data) -> str:
     return choice
 
 
+def check_resumed_model(cfg: ScenarioConfig, data, checkpoint: dict) -> None:
+    """Check that a checkpoint's model arrays have the names, shapes and dtypes of the model
+    ``cfg`` builds on ``data`` (built on the meta device: no memory, no arithmetic, the
+    run's random stream untouched).
+
+    Raises
+    ------
+    fedflex.results.CheckpointError
+        Naming the first array that differs.
+    """
+    import torch
+
+    from fedflex.models import build_model
+    from fedflex.results import check_model
+
+    with torch.random.fork_rng(devices=[]):
+        try:
+            with torch.device("meta"):
+                model = build_model(cfg.model, data.train.input_shape, data.train.num_classes)
+        except Exception:  # a model that cannot be built on the meta device
+            model = build_model(cfg.model, data.train.input_shape, data.train.num_classes)
+    check_model(checkpoint, model.state_dict())
+
+
 def cohort_grid(cfg: ScenarioConfig, workers: int):
     """``wrap_grid`` for the ServerApp: one cohort message per Ray worker and round
     (:mod:`fedflex.launch.cohort_grid`), or None when the run trains one client at a time.
@@ -214,10 +238,13 @@ def run(
     verbose: bool = False,
     resume: Optional[dict] = None,
     recorder: Optional[Any] = None,
+    ready: Optional[Callable[[], None]] = None,
 ) -> None:
     """Run ``cfg`` in simulation, writing the results contract to ``out_dir``; ``resume``:
-    a checkpoint of that directory to continue from; ``recorder``: where the results go
-    when ``out_dir`` is None (:class:`fedflex.results.MemoryRecorder`).
+    a checkpoint of that directory to continue from (its model is checked against the
+    model ``cfg`` builds first: :func:`check_resumed_model`); ``recorder``: where the
+    results go when ``out_dir`` is None (:class:`fedflex.results.MemoryRecorder`);
+    ``ready``: called once the checks passed, before anything is written.
 
     A run that fails for a reason the run itself states (no round trained,
     ``churn.on_too_few=fail``) returns normally: ``out_dir/summary.json`` has
@@ -227,20 +254,29 @@ def run(
     from fedflex.strategies.strategy import RunFailedError
 
     try:
-        _run(cfg, out_dir, verbose, resume, recorder)
+        _run(cfg, out_dir, verbose, resume, recorder, ready)
     except RunFailedError:
         if out_dir is None:
             raise
 
 
 def _run(
-    cfg: ScenarioConfig, out_dir: Optional[Path], verbose: bool, resume: Optional[dict], recorder: Optional[Any]
+    cfg: ScenarioConfig,
+    out_dir: Optional[Path],
+    verbose: bool,
+    resume: Optional[dict],
+    recorder: Optional[Any],
+    ready: Optional[Callable[[], None]] = None,
 ) -> None:
     from fedflex.clients.client_app import app as client_app
     from fedflex.launch.server import make_server_app
 
     data = load_dataset(cfg.dataset, cfg.num_clients, cfg.seed)  # fails early, before Ray starts
     check_data_fits(cfg, data)
+    if resume is not None:  # before anything in out_dir is touched
+        check_resumed_model(cfg, data, resume)
+    if ready is not None:
+        ready()
     quiet_flower(verbose)
     decide_cohorts(cfg, data)  # before config.yaml is written: it records the choice
     if cfg.simulation.backend == "local":

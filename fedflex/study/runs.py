@@ -2,7 +2,8 @@
 
 ``fedflex run`` writes ``summary.json`` when a run ends for any reason, with ``status``:
 ``completed`` (every round run, or stopped at ``evaluation.stop_at_accuracy``:
-``stopped_early``), ``diverged`` (``evaluation.stop_on_divergence``), ``interrupted``
+``stopped_early``), ``degraded`` (every round run, but in some every reply was
+rejected), ``diverged`` (``evaluation.stop_on_divergence``), ``interrupted``
 (a signal; resumable with ``fedflex run --resume DIR``) or ``failed`` (an exception). A
 directory with rows but no ``summary.json`` belongs to a run that was killed (or is still
 running). Sweeps (the reproductions among them) use :func:`run_state` and :func:`is_finished`
@@ -17,8 +18,9 @@ from typing import Any, Optional
 
 from fedflex.results import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
 
-#: a run that ended on its own: running it again gives the same outcome
-FINISHED = ("completed", "diverged")
+#: a run that ended on its own: running it again gives the same outcome (``degraded``: it
+#: ran its rounds, but in some every reply was rejected)
+FINISHED = ("completed", "diverged", "degraded")
 #: states a later invocation continues (from the last checkpoint, when there is one)
 RESUMABLE = ("interrupted", "incomplete")
 #: config keys that say how a run executes, not what it computes: a sweep may set them
@@ -77,7 +79,7 @@ def run_state(run_dir: Path) -> str:
     str
         ``missing`` (no directory, or an empty one), ``incomplete`` (files but no
         readable ``summary.json``: killed, or still running), or the summary's
-        ``status`` (``completed``, ``diverged``, ``interrupted``, ``failed``; ``unknown``
+        ``status`` (``completed``, ``degraded``, ``diverged``, ``interrupted``, ``failed``; ``unknown``
         for a summary without one).
     """
     run_dir = Path(run_dir)

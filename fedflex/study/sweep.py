@@ -260,6 +260,11 @@ def read_study(path: Path, _within: tuple[Path, ...] = ()) -> dict[str, Any]:
         **{str(k): [_value_text(v) for v in (vs if isinstance(vs, list) else [vs])] for k, vs in grid.items()},
     }
     seeds = data.get("seeds")
+    if "seeds" in data and (seeds is None or seeds == []):  # not the scenario's seed without a word
+        raise StudyError(
+            f"{path}: seeds: {'[]' if seeds == [] else 'empty'} names no seed: list at least one (or leave "
+            "seeds out to run the scenario's seed)"
+        )
     if seeds is not None:
         seeds = seeds if isinstance(seeds, list) else [seeds]
         if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
@@ -666,7 +671,9 @@ class SweepRunner:
             self._record(job.member, status="pending", exit_code=None)
             self.say(f"[{job.index}/{len(self.sweep.members)}] not started {job.member.name}: {ended.note}")
             return None
-        if state in ("missing", "incomplete") and code != 0:
+        stopped = self.signal is not None or (code is not None and (code < 0 or code > 128))  # a signal
+        resumable = stopped and state == "incomplete" and has_checkpoint(run_dir)
+        if state in ("missing", "incomplete") and code != 0 and not resumable:
             state = "failed"
         summary = read_summary(run_dir) or {}
         accuracy = summary.get("final_test_accuracy")
@@ -681,6 +688,8 @@ class SweepRunner:
         acc = f"final accuracy {accuracy:.4f}" if isinstance(accuracy, (int, float)) else "no accuracy"
         how = f"exit {code}" if code is not None else ended.note
         more = "" if state in FINISHED else f", {how}, log {self.sweep.out / LOG_DIR / (job.member.name + '.log')}"
+        if resumable:  # stopped at once (a second signal): it resumes from its checkpoint
+            more += "; resumes from its checkpoint when the sweep runs again"
         self.say(
             f"[{job.index}/{len(self.sweep.members)}] done {job.member.name}: {state}, {acc} "
             f"({time.monotonic() - job.started:.1f} s{more})"

@@ -75,10 +75,15 @@ def test_node_claiming_a_partition_bound_to_another_key_is_refused(tmp_path, cap
     nodes = NodeDirectory(3)
     nodes.bindings = read_binding(tmp_path / "node-keys.json", 3)
     # Execute
-    with caplog.at_level(logging.ERROR):
-        nodes.refresh(grid)
-        queries = sum(m.metadata.message_type == "query" for m in grid.sent)
-        nodes.refresh(grid)
+    flwr_logger = logging.getLogger("flwr")  # the refusals go to Flower's logger (the run log's)
+    propagate, flwr_logger.propagate = flwr_logger.propagate, True
+    try:
+        with caplog.at_level(logging.ERROR):
+            nodes.refresh(grid)
+            queries = sum(m.metadata.message_type == "query" for m in grid.sent)
+            nodes.refresh(grid)
+    finally:
+        flwr_logger.propagate = propagate
     # Assert: only partition 0 is served; the refused nodes are not asked again
     assert nodes.clients().tolist() == [0]
     assert nodes.refused == {grid.node_of(1): 1, grid.node_of(2): 2}
