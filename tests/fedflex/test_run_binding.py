@@ -289,7 +289,13 @@ class FailingDisk:
         self.fails_at, self.failing = "\0never", False
 
 
-IO_ERRNOS = ["EROFS", "EIO", "EACCES", "ENOSPC", "EDQUOT", "EFBIG"]
+# a full disk or quota ended in one line before issue 45 too (test_rundir.py): here under --all
+IO_ERRNOS = [
+    "EROFS",
+    "EIO",
+    "EACCES",
+    *(pytest.param(n, marks=pytest.mark.slow) for n in ("ENOSPC", "EDQUOT", "EFBIG")),
+]
 
 
 @pytest.fixture(scope="module")
@@ -328,7 +334,7 @@ def test_an_io_error_at_a_checkpoint_ends_in_one_line_and_resumes(uninterrupted,
     assert [r["sampled"] for r in _rows(out)] == [r["sampled"] for r in _rows(uninterrupted)]
 
 
-@pytest.mark.parametrize("name", ["EIO", "EROFS"])
+@pytest.mark.parametrize("name", ["EIO", pytest.param("EROFS", marks=pytest.mark.slow)])
 def test_an_io_error_at_a_row_before_the_first_checkpoint_names_a_command_that_works(
     uninterrupted, tmp_path, monkeypatch, capsys, name
 ):
@@ -398,15 +404,15 @@ def test_a_second_signal_writes_the_last_round_boundary_first(tmp_path, monkeypa
 
 
 def test_a_run_that_wrote_no_checkpoint_resumes_from_the_start(tmp_path, capsys):
-    # Prepare: the uninterrupted run, and the same run stopped after 3 rows without a
-    # checkpoint (a second Ctrl-C before the first one, with checkpoint_every 10)
+    # Prepare: the uninterrupted run, and the same run stopped after 2 rows without a
+    # checkpoint (as a kill before the first one leaves it)
     full, out = tmp_path / "full", tmp_path / "r"
-    args = [*FAST, *STATEFUL, "rounds=4"]
+    args = [*FAST, *STATEFUL, "rounds=3"]
     assert main(["run", str(QUICKSTART), *args, "--out", str(full)]) == 0
-    assert main(["run", str(QUICKSTART), *args, "rounds=3", "output.checkpoint_every=0", "--out", str(out)]) == 0
+    assert main(["run", str(QUICKSTART), *args, "rounds=2", "output.checkpoint_every=0", "--out", str(out)]) == 0
     for name in ("summary.json", "model.npz"):
         (out / name).unlink()
-    (out / "config.yaml").write_text((out / "config.yaml").read_text().replace("\nrounds: 3\n", "\nrounds: 4\n"))
+    (out / "config.yaml").write_text((out / "config.yaml").read_text().replace("\nrounds: 2\n", "\nrounds: 3\n"))
     assert not (out / CHECKPOINT_FILE).exists()
     capsys.readouterr()
     # Execute
@@ -414,7 +420,7 @@ def test_a_run_that_wrote_no_checkpoint_resumes_from_the_start(tmp_path, capsys)
     # Assert: run again in place, from round 1, to the uninterrupted run's model
     err = capsys.readouterr().err
     assert code == 0, err
-    assert f"resuming {out} from the start: it wrote no checkpoint (its 3 rows run again)" in err
+    assert f"resuming {out} from the start: it wrote no checkpoint (its 2 rows run again)" in err
     assert _same_model(out, full)
     assert _rows(out) == [dict(r, wall_s=s["wall_s"]) for r, s in zip(_rows(full), _rows(out))]
 
