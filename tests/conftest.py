@@ -1,5 +1,6 @@
 """Fixtures shared by the test packages."""
 
+import logging
 import sys
 from pathlib import Path
 
@@ -28,3 +29,26 @@ def quickstart_example(monkeypatch):
     yield
     for name in [m for m in sys.modules if m.startswith("flowerquickstart")]:
         del sys.modules[name]
+
+
+class _Records(logging.Handler):
+    """Keeps the records of one logger, whatever its propagation."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def flower_records():
+    """The records logged on Flower's logger during the test, each once: a handler on the
+    ``flwr`` logger itself (caplog sees Flower's records only while it propagates, and
+    then twice wherever an earlier in-process run left handlers on it).
+    """
+    handler, flwr_logger = _Records(), logging.getLogger("flwr")
+    flwr_logger.addHandler(handler)
+    yield handler.records
+    flwr_logger.removeHandler(handler)

@@ -56,16 +56,21 @@ from fedflex.trace import FOREVER, read_trace
 #: examples per property in the fast suite, and under --all / FEDFLEX_FUZZ=full
 FAST = 50
 FULL = int(os.environ.get("FEDFLEX_FUZZ_EXAMPLES", "1000"))
+#: scenario files under --all: each example resolves a whole scenario (about 0.15 s), so
+#: fewer than the other properties keep CI's time (FEDFLEX_FUZZ=full runs FULL of them too)
+FULL_SCENARIOS = 250
 FULL_ON = os.environ.get("FEDFLEX_FUZZ", "") == "full"
 
 BUDGETS = [pytest.param("fast", id="fast"), pytest.param("full", id="full", marks=pytest.mark.slow)]
 
 
-def _run(budget: str, test) -> None:
-    """Run the Hypothesis ``test`` with the budget's example count (no example database)."""
+def _run(budget: str, test, full_examples: int = FULL) -> None:
+    """Run the Hypothesis ``test`` with the budget's example count (no example database);
+    ``full_examples``: the slow count of a property whose examples are slow to try.
+    """
     full = budget == "full" or FULL_ON
     settings(
-        max_examples=FULL if full else FAST,
+        max_examples=(FULL if FULL_ON else full_examples) if full else FAST,
         deadline=None,
         derandomize=not full,
         database=None,
@@ -441,7 +446,7 @@ def test_scenario_files_load_or_are_refused_in_one_line(budget, tmp_path):
         except ConfigError as exc:
             assert _one_line(str(exc)), str(exc)
 
-    _run(budget, prop)
+    _run(budget, prop, FULL_SCENARIOS)
 
 
 # ---------------------------------------------------------------------------- study files

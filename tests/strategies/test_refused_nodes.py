@@ -25,25 +25,6 @@ from fedflex.results import read_metrics
 from fedflex.strategies.nodes import NodeDirectory
 
 
-class _Records(logging.Handler):
-    """Keeps the records of one logger (whatever its propagation)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
-@pytest.fixture
-def flower_records():
-    handler, flwr_logger = _Records(), logging.getLogger("flwr")
-    flwr_logger.addHandler(handler)
-    yield handler.records
-    flwr_logger.removeHandler(handler)
-
-
 def _who_am_i(msg: Message, context) -> Message:
     pid = int(context.node_config["partition-id"])
     return Message(RecordDict({keys.CONFIG: ConfigRecord({keys.PARTITION_ID: pid})}), reply_to=msg)
