@@ -143,3 +143,20 @@ def run_log(out_dir: Optional[Path], first_line: str = "") -> Iterator[None]:
                     folder.rmdir()
                 except OSError:
                     break
+
+
+def log_outcome(out: Path, level: int, line: str) -> None:
+    """Append how a run ended (or how it was started again) to its ``run.log``, when it has
+    one, so that the file keeps the history of a run stopped and resumed; a log that
+    cannot be written is left as is.
+    """
+    path = Path(out) / RUN_LOG
+    if not path.is_file():
+        return
+    record = logging.makeLogRecord({"name": "fedflex", "levelno": level, "levelname": logging.getLevelName(level)})
+    record.msg = line
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(logging.Formatter(LOG_FORMAT).format(record) + "\n")
+    except OSError:
+        pass

@@ -62,6 +62,7 @@ from fedflex.config import ConfigError
 from fedflex.loader import load_scenario
 from fedflex.results import CHECKPOINT_FILE, CONFIG_FILE, SUMMARY_FILE, default_out_dir
 from fedflex.rundir import RunDirError, RunDirLock
+from fedflex.runinfo import log_outcome
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -204,7 +205,7 @@ def _execute(cfg, out: Path, verbose: bool, resume: Optional[dict] = None, annou
     def ready() -> None:
         if announce:
             print(announce, file=sys.stderr)
-            _log_outcome(out, logging.INFO, announce)
+            log_outcome(out, logging.INFO, announce)
 
     from fedflex.data import DataNotFoundError
     from fedflex.launch import runner  # imports torch and Flower: after the cheap checks
@@ -260,26 +261,8 @@ def _write_failed(out: Path, exc: OSError) -> int:
     else:
         then = f"no checkpoint was written, so nothing can be resumed: {once}remove {out} and start the run again"
     line = f"cannot write the results in {out}: {exc.strerror or exc}{where}; {then}"
-    _log_outcome(out, logging.ERROR, line)
+    log_outcome(out, logging.ERROR, line)
     return _fail(line, code=EXIT_WRITE)
-
-
-def _log_outcome(out: Path, level: int, line: str) -> None:
-    """Append how the run ended to its ``run.log`` (when it has one), so that the file keeps
-    the history of a run stopped and resumed; a log that cannot be written is left as is.
-    """
-    from fedflex.runinfo import LOG_FORMAT, RUN_LOG
-
-    path = out / RUN_LOG
-    if not path.is_file():
-        return
-    record = logging.makeLogRecord({"name": "fedflex", "levelno": level, "levelname": logging.getLevelName(level)})
-    record.msg = line
-    try:
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(logging.Formatter(LOG_FORMAT).format(record) + "\n")
-    except OSError:
-        pass
 
 
 class _interruptible:
@@ -296,7 +279,7 @@ class _interruptible:
 
         interrupts.install()
         interrupts.add_exit_hook(self._how_to_continue)
-        interrupts.add_exit_sink(lambda line: _log_outcome(self.out, logging.WARNING, line))
+        interrupts.add_exit_sink(lambda line: log_outcome(self.out, logging.WARNING, line))
 
     def _how_to_continue(self) -> str:
         if (self.out / CHECKPOINT_FILE).is_file():
@@ -327,7 +310,7 @@ def _finished(out: Path) -> int:
 
     def say(level: int, line: str, code: int, logged: Optional[str] = None) -> int:
         print(line, file=sys.stderr)
-        _log_outcome(out, level, logged or line.removeprefix("fedflex: "))
+        log_outcome(out, level, logged or line.removeprefix("fedflex: "))
         return code
 
     if status == "interrupted" or interrupts.requested() is not None:

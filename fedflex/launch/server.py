@@ -68,7 +68,7 @@ from fedflex.results import (  # noqa: F401 - the checkpoint pair, also importab
     unusable_out_dir,
 )
 from fedflex.rundir import RunDirError, RunDirLock
-from fedflex.runinfo import provenance, run_log
+from fedflex.runinfo import log_outcome, provenance, run_log
 from fedflex.strategies.build import build_strategy, check_parts
 from fedflex.strategies.nodes import simulated_node_count
 from fedflex.strategies.parts import ModelInfo
@@ -265,7 +265,13 @@ def _run_server(
                 }
             )
             extra["transitions"] = transition_summary(recorder.rows, cfg.evaluation.transition_window)
+            refused = strategy.nodes.refusals()
+            if refused:  # claims the node directory refused, each logged once as an ERROR
+                extra["refused_nodes"] = refused
             summary = summarize(recorder.rows, extra)
+            short = strategy.nodes.shortfall(trained_clients(recorder.rows))
+            if short and summary.get("status") == "completed":  # bound nodes that never trained
+                summary["status"], summary["degraded"] = "degraded", short
             try:
                 recorder.finish(summary, timeline=availability.timeline(cfg.rounds), plots=cfg.output.plots)
             except OSError as exc:
@@ -278,6 +284,20 @@ def _run_server(
     if extra.get("failure"):  # summary.json says it too
         raise RunFailedError(extra["failure"])
     return result
+
+
+def trained_clients(rows: list[dict[str, Any]]) -> set[int]:
+    """Return the client ids whose replies were aggregated in some train round of ``rows``
+    (sampled, and neither failed nor rejected).
+    """
+    done: set[int] = set()
+    for row in rows:
+        if row.get("phase", "train") != "train" or row.get("skipped"):
+            continue
+        bad = {int(x[0]) if isinstance(x, (list, tuple)) else int(x) for x in row.get("failed", []) or []}
+        bad |= {int(x[0]) for x in row.get("rejected", []) or [] if isinstance(x, (list, tuple)) and x}
+        done |= {int(c) for c in row.get("sampled", []) or []} - bad
+    return done
 
 
 def untrained(rows: list[dict[str, Any]], min_clients: int) -> Optional[str]:
@@ -378,6 +398,19 @@ def run_finished(out_dir: Path) -> bool:
     )
 
 
+def _start_over_hint(out_dir: Path) -> str:
+    """Say what to do with a directory that has no checkpoint: not a run directory, or a
+    run that stopped before its first checkpoint (a second Ctrl-C, a full disk, or
+    ``output.checkpoint_every 0``), which starts over in place with ``fedflex run --resume``.
+    """
+    if not (out_dir / CONFIG_FILE).is_file():
+        return f"not a fedflex run directory (no {CONFIG_FILE} either)"
+    return (
+        "the run stopped before its first checkpoint, so nothing can be resumed; "
+        f"start it over in place with: fedflex run --resume {out_dir} (or remove {out_dir} and start the run again)"
+    )
+
+
 def resume_point(out_dir: Path, option: str = "resume=") -> tuple[ScenarioConfig, dict]:
     """Return the config and checkpoint to continue the run in ``out_dir`` with. A run whose
     checkpoint is of its last round but whose model or summary is missing (a full
@@ -391,7 +424,7 @@ def resume_point(out_dir: Path, option: str = "resume=") -> tuple[ScenarioConfig
     """
     out_dir = Path(out_dir)
     if not (out_dir / CHECKPOINT_FILE).is_file() and not (out_dir / LEGACY_CHECKPOINT_FILE).is_file():
-        raise RunConfigError(f"{option}{out_dir}: no {CHECKPOINT_FILE} there (was output.checkpoint_every 0?)")
+        raise RunConfigError(f"{option}{out_dir}: no {CHECKPOINT_FILE} there: {_start_over_hint(out_dir)}")
     try:
         cfg = load_scenario(out_dir / CONFIG_FILE)
     except ConfigError as exc:
@@ -452,15 +485,44 @@ def main(grid: Grid, context: Context) -> None:
     resume = str(run_config.get("resume", ""))
     if resume:
         resume_point(Path(resume))  # a run directory, before the lock file goes there
-        with _locked(Path(resume), new=False, option="resume="):
+        with _locked(Path(resume), new=False, option="resume="), _outcome_logged(Path(resume)):
             cfg, checkpoint = resume_point(Path(resume))
             logger.info("resuming %s after round %d", resume, checkpoint["round"])
             run_server(grid, cfg, Path(resume), resume=checkpoint, node_keys=node_keys)
         return
     cfg = flwr_run_scenario(run_config)
     out = results_dir(run_config, cfg.name)
-    with _locked(out, new=True, option="out="):
+    with _locked(out, new=True, option="out="), _outcome_logged(out):
         run_server(grid, cfg, out, node_keys=node_keys)
+
+
+@contextlib.contextmanager
+def _outcome_logged(out: Path) -> Iterator[None]:
+    """End a ``flwr run``'s (or deployment's) ``run.log`` with how the run ended, as
+    ``fedflex run`` does: its status and last round from summary.json and, where a
+    checkpoint is left, the run config that continues it; or the error that ended it. A
+    ServerApp killed with its SuperLink writes nothing: its resume's ``resuming`` line
+    follows the last round's.
+    """
+    try:
+        yield
+    except Exception as exc:
+        then = f"; continue with: resume={out}" if (out / CHECKPOINT_FILE).is_file() else ""
+        log_outcome(out, logging.ERROR, f"ended by {type(exc).__name__}: {exc}{then}")
+        raise
+    try:
+        summary = json.loads((out / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return
+    status, last = summary.get("status"), summary.get("last_round")
+    if status == "completed":
+        log_outcome(out, logging.INFO, f"completed after round {last}; results: {out}")
+    else:
+        then = f"; continue with: resume={out}" if (out / CHECKPOINT_FILE).is_file() else ""
+        why = f" ({summary['degraded']})" if status == "degraded" and summary.get("degraded") else ""
+        line = f"ended {status} after round {last}{why}; results: {out}{then}"
+        logger.warning("%s", line)  # the console's (run.log's handler is gone by now)
+        log_outcome(out, logging.WARNING, line)
 
 
 FLWR_RUN_LOCK_WAIT = 60.0  # s: a stopped run's ServerApp may still be ending when its resume starts

@@ -140,3 +140,22 @@ def test_interrupt_stops_every_process(tmp_path):
     assert len(running) >= 4  # SuperLink, its SuperExec, 2 SuperNodes (+ their SuperExecs)
     assert processes_using(workdir) == []
     print(f"{len(running)} processes stopped {stop_s:.1f} s after Ctrl-C")
+
+
+@pytest.mark.parametrize(
+    "summary, expected",
+    [
+        ({"status": "degraded", "degraded": "1 of the 3 nodes bound trained"}, "1 of the 3 nodes bound trained"),
+        ({"status": "completed"}, None),
+        ({"status": "degraded"}, "degraded"),
+        (["not", "a", "summary"], None),
+    ],
+)
+def test_a_deployments_run_that_ended_degraded_is_not_reported_completed(tmp_path, summary, expected):
+    import json
+
+    from fedflex.launch.deploy.command import _degraded
+
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    assert _degraded(tmp_path) == expected
+    assert _degraded(tmp_path / "missing") is None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -112,18 +113,43 @@ def test_a_second_node_on_one_client_id_is_listed_as_refused(flower_records):
     assert nodes.refusals()[0]["reason"].startswith(f"node {first} serves it")
 
 
-@pytest.mark.usefixtures("isolated_cache")
-def test_a_run_with_swapped_node_keys_says_each_refusal_once_in_its_run_log(tmp_path):
-    # Prepare: a 3-node federation bound to keys; nodes 1 and 2 swapped theirs
-    grid, binding, _ = _swapped(tmp_path, client_app)
+def _bound_run(tmp_path, grid, binding) -> Path:
+    """Run 2 rounds of 3 clients (all sampled, no churn) bound to the node keys."""
     overrides = ["num_clients=3", "rounds=2", "churn.kind=none", "strategy.sampler.clients_per_round=3"]
     overrides += ["dataset.samples_per_client=30", "output.progress=off", "output.plots=false"]
-    cfg = load_scenario(None, overrides)
+    run_server(grid, load_scenario(None, overrides), tmp_path / "run", node_keys=binding)
+    return tmp_path / "run"
+
+
+@pytest.mark.usefixtures("isolated_cache")
+def test_a_run_with_swapped_node_keys_says_each_refusal_once_lists_them_and_is_degraded(tmp_path):
+    # Prepare: a 3-node federation bound to keys; nodes 1 and 2 swapped theirs
+    grid, binding, _ = _swapped(tmp_path, client_app)
     # Execute
-    run_server(grid, cfg, tmp_path / "run", node_keys=binding)
+    out = _bound_run(tmp_path, grid, binding)
     # Assert: only client 0 trained; run.log holds one ERROR line per refused node
-    assert [row["sampled"] for row in read_metrics(tmp_path / "run")] == [[0], [0]]
-    lines = (tmp_path / "run" / "run.log").read_text().splitlines()
+    assert [row["sampled"] for row in read_metrics(out)] == [[0], [0]]
+    lines = (out / "run.log").read_text().splitlines()
     refused = [line for line in lines if " ERROR " in line and "refused" in line]
     assert len(refused) == 2, lines
     assert sorted(line.split("claims client id ")[1][:10] for line in refused) == ["1: refused", "2: refused"]
+    # summary.json lists both refusals with their reasons, and the run is not completed:
+    # 1 of the 3 bound partition ids trained (1 and 2 never did)
+    summary = json.loads((out / "summary.json").read_text())
+    assert sorted(r["client"] for r in summary["refused_nodes"]) == [1, 2]
+    assert all("authenticated with key" in r["reason"] for r in summary["refused_nodes"])
+    assert summary["status"] == "degraded"
+    assert summary["degraded"].startswith("1 of the 3 nodes bound to partition ids trained (never: partition id 1, 2)")
+
+
+@pytest.mark.usefixtures("isolated_cache")
+def test_a_bound_run_whose_nodes_all_trained_is_completed_without_refusals(tmp_path):
+    # Prepare: the same federation with every node on its own key
+    grid, binding, _ = _swapped(tmp_path, client_app)
+    one, two = grid.node_of(1), grid.node_of(2)
+    grid.keys[one], grid.keys[two] = grid.keys[two], grid.keys[one]
+    # Execute
+    out = _bound_run(tmp_path, grid, binding)
+    # Assert
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and "refused_nodes" not in summary

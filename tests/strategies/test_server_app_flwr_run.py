@@ -74,8 +74,23 @@ def test_flwr_run_keeps_an_explicit_checkpoint_every_from_the_scenario(tmp_path)
 
 
 def test_resume_without_a_checkpoint_is_refused(tmp_path):
-    with pytest.raises(RunConfigError, match=r"resume=.* no checkpoint.npz there"):
+    with pytest.raises(RunConfigError, match=r"resume=.* no checkpoint.npz there: not a fedflex run directory"):
         resume_point(tmp_path)
+
+
+def test_resume_of_a_run_stopped_before_its_first_checkpoint_names_the_command_that_starts_it_over(tmp_path):
+    # Prepare: what a second Ctrl-C before the first checkpoint leaves (config, 2 rows)
+    (tmp_path / "config.yaml").write_text("name: s\n")
+    (tmp_path / "metrics.jsonl").write_text('{"round": 1}\n{"round": 2}\n')
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    # Execute / Assert: refused in one line naming fedflex run --resume (which runs it
+    # again in place), and nothing touched
+    with pytest.raises(RunConfigError) as refused:
+        resume_point(tmp_path)
+    assert "\n" not in str(refused.value)
+    assert f"start it over in place with: fedflex run --resume {tmp_path}" in str(refused.value)
+    assert "checkpoint_every 0?" not in str(refused.value)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
 def test_resume_of_a_damaged_checkpoint_is_refused_and_left_alone(tmp_path):
@@ -225,3 +240,36 @@ def test_the_flwr_run_lock_is_taken_once_held_for_the_block_and_released(tmp_pat
     with _locked(out, new=False, option="resume="):
         pass
     assert not (out / ".fedflex.lock").exists()
+
+
+def _flwr_run(grid, run_config: dict) -> None:
+    """The ServerApp's entry point as ``flwr run`` calls it."""
+    from flwr.app import Context, RecordDict
+
+    from fedflex.launch.server import main
+
+    main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config))
+
+
+def test_a_flwr_runs_run_log_ends_with_how_it_ended_and_its_resume_continues_the_history(tmp_path):
+    # Prepare: the quickstart scenario, 4 clients, 2 rounds, on fedflex's in-process grid
+    from fedflex.clients.client_app import app as client_app
+    from fedflex.launch.local_grid import LocalGrid
+
+    out = tmp_path / "run"
+    overrides = "num_clients=4 rounds=2 dataset.samples_per_client=40 strategy.sampler.clients_per_round=4"
+    first = {"scenario": "scenarios/quickstart.yaml", "overrides": overrides, "out": str(out)}
+    _flwr_run(LocalGrid(client_app, 4), first)
+    # Execute: the run extended to 3 rounds in its config.yaml, then resumed with resume=
+    config = out / "config.yaml"
+    config.write_text(config.read_text().replace("rounds: 2", "rounds: 3", 1))
+    _flwr_run(LocalGrid(client_app, 4), {"resume": str(out)})
+    # Assert: starting, its end, resuming, its end: in order, one line each
+    lines = (out / "run.log").read_text().splitlines()
+    ends = [line for line in lines if "completed after round" in line or ": starting " in line or ": resuming " in line]
+    assert [e.split(": ", 1)[1] for e in ends] == [
+        f"fedflex {__import__('fedflex').__version__}: starting quickstart (seed 0, 2 rounds)",
+        f"completed after round 2; results: {out}",
+        f"fedflex {__import__('fedflex').__version__}: resuming quickstart (seed 0, 3 rounds)",
+        f"completed after round 3; results: {out}",
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shutil
 import signal
@@ -16,7 +17,7 @@ from typing import Optional
 from fedflex.launch.deploy.certs import TlsFiles, make_certificates
 from fedflex.launch.deploy.federation import LocalFederation
 from fedflex.launch.deploy.processes import DeployError, find_executable, link_transport, transport_mismatch
-from fedflex.results import CHECKPOINT_FILE
+from fedflex.results import CHECKPOINT_FILE, SUMMARY_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -196,6 +197,10 @@ def deploy_local(args: argparse.Namespace) -> int:
             return _fail(
                 f"run {result.run_id} ended with status {result.status} {result.details}; logs in {fed.logs}{again}", 1
             )
+        degraded = _degraded(out)
+        if degraded:  # every round ran, but not as bound: refused nodes, rejected replies
+            ok = False
+            return _fail(f"run {result.run_id}: the run did not complete: {degraded}; results in {out}", 1)
         _say(f"run {result.run_id} completed in {result.wall_s:.1f} s")
         _print(f"results: {out}")
         return 0
@@ -231,6 +236,20 @@ UNAUTHENTICATED = (
     "SuperNodes to it and list, stop and start runs with flwr; --auth adds TLS and registered node keys (Flower "
     "1.41 has no user authentication for flwr ls/stop/run: see docs/deployment.md)"
 )
+
+
+def _degraded(out: Path) -> Optional[str]:
+    """Why a run whose ServerApp ended normally is not ``completed`` (summary.json's
+    ``degraded``: nodes the key binding refused, rounds whose replies were all rejected);
+    None when it is, or when summary.json cannot be read.
+    """
+    try:
+        summary = json.loads((out / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or summary.get("status") != "degraded":
+        return None
+    return str(summary.get("degraded") or "degraded")
 
 
 def _progress_lines(line: str) -> None:
