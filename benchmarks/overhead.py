@@ -11,8 +11,15 @@ loop are printed side by side, one block per case:
 
 Variants (``backend:vectorize``): ``local:off`` (in-process, one client at a time),
 ``local:on`` / ``local:auto`` / ``local:rule`` (in-process cohorts, :mod:`clients.cohort`), ``ray:off``
-(Flower's Ray simulation, one message per client) and ``ray:on`` / ``ray:auto`` (one
-cohort message per Ray worker). ``--device cuda`` puts data and model of the plain loop
+(Flower's Ray simulation, one cohort message per Ray worker whose clients train one by
+one; before issue 46 one message per client) and ``ray:on`` / ``ray:auto`` (the same
+messages, trained batched / as timed); ``flwr:off`` / ``flwr:rule`` / ``flwr:on`` run the same
+scenario as a Flower user does, ``flwr run . --stream`` on a local simulation federation of
+``num_clients`` SuperNodes (Flower's own simulation engine, one cohort message per CPU;
+before issue 46 one message and one ClientApp call per sampled SuperNode). Flower's local
+SuperLink (127.0.0.1:39091, one per machine) is started by the first ``flwr run`` and left
+running: run no other ``flwr run`` meanwhile, and stop it by its PID afterwards.
+``--device cuda`` puts data and model of the plain loop
 on the GPU and runs fedflex with ``client.device=cuda`` (and ``simulation.num_gpus``
 1/workers on Ray).
 
@@ -21,10 +28,11 @@ on the GPU and runs fedflex with ``client.device=cuda`` (and ``simulation.num_gp
 
 Overrides (``key=value``, fedflex's dotlist) may stand anywhere, also right after
 ``--cases`` or ``--variants``: ``--variants local:off model.name=mlp`` runs the variant
-``local:off`` with ``model.name=mlp``. A variant is ``local|ray:off|on|auto|rule``.
+``local:off`` with ``model.name=mlp``. A variant is ``local|ray|flwr:off|on|auto|rule``.
 """
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -52,15 +60,47 @@ def timed(cmd: list[str]) -> float:
     return dt
 
 
+def flwr_run_command(scenario: str, overrides: list[str], out: str) -> list[str]:
+    """``flwr run`` of this repository's app on a local simulation federation of the
+    scenario's ``num_clients`` SuperNodes, waiting for the run to end (``--stream``)."""
+    clients = [o.split("=", 1)[1] for o in overrides if o.startswith("num_clients=")]
+    if not clients:
+        sys.exit("a flwr variant needs num_clients=N among the case's overrides")
+    run_config = f'scenario="{scenario}" overrides="{" ".join(overrides)}" out="{out}"'
+    flwr = str(Path(sys.executable).with_name("flwr"))
+    return [
+        flwr,
+        "run",
+        str(ROOT),
+        "--stream",
+        "--federation-config",
+        f"num-supernodes={clients[-1]}",
+        "--run-config",
+        run_config,
+    ]
+
+
+def check_finished(out: str) -> None:
+    """``flwr run --stream`` exits 0 whatever the run did: read its summary.json."""
+    try:
+        status = json.loads((Path(out) / "summary.json").read_text()).get("status")
+    except (OSError, ValueError):
+        status = None
+    if status != "completed":
+        sys.exit(f"the flwr run into {out} did not complete (status {status})")
+
+
 def variant_overrides(variant: str, device: str) -> list[str]:
     backend, vectorize = variant.split(":")
-    ov = [f"simulation.backend={backend}", f"simulation.vectorize={vectorize}", f"client.device={device}"]
+    ov = [f"simulation.vectorize={vectorize}", f"client.device={device}"]
+    if backend != "flwr":  # under flwr run Flower's engine runs the clients
+        ov.insert(0, f"simulation.backend={backend}")
     if device == "cuda" and backend == "ray":
         ov.append(f"simulation.num_gpus={1 / max(1, os.cpu_count() or 1):.4f}")
     return ov
 
 
-VARIANT = re.compile(r"(local|ray):(off|on|auto|rule)")
+VARIANT = re.compile(r"(local|ray|flwr):(off|on|auto|rule)")
 
 
 def split_overrides(argv: list[str]) -> tuple[list[str]]:
@@ -84,7 +124,11 @@ def main() -> None:
     args = parser.parse_args(*split_overrides(sys.argv[1:]))
     bad = [v for v in args.variants if not VARIANT.fullmatch(v)]
     if bad:
-        parser.error(f"--variants {' '.join(bad)}: a variant is BACKEND:VECTORIZE, e.g. local:off, ray:auto")
+        parser.error(f"--variants {' '.join(bad)}: a variant is BACKEND:VECTORIZE, e.g. local:off, ray:auto, flwr:rule")
+    if any(v.startswith("flwr:") for v in args.variants):
+        # flwr run starts flower-superlink from PATH and must use this environment as is
+        os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        os.environ["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
     print(f"device {args.device}; {args.rounds} rounds; medians of {args.pairs} runs each, alternating", flush=True)
     for case in args.cases:
         ov = [f"rounds={args.rounds}", *CASES[case], *args.overrides]
@@ -104,28 +148,21 @@ def main() -> None:
                         ],
                     )
                 ]
+                outs = {}
                 for v in args.variants:
-                    out = f"{tmp}/out-{v.replace(':', '-')}"
-                    cmds.append(
-                        (
-                            v,
-                            [
-                                sys.executable,
-                                "-m",
-                                "fedflex",
-                                "run",
-                                args.scenario,
-                                *ov,
-                                *variant_overrides(v, args.device),
-                                "--out",
-                                out,
-                            ],
-                        )
-                    )
+                    out = outs[v] = f"{tmp}/out-{v.replace(':', '-')}"
+                    if v.startswith("flwr:"):
+                        cmd = flwr_run_command(args.scenario, [*ov, *variant_overrides(v, args.device)], out)
+                    else:
+                        cmd = [sys.executable, "-m", "fedflex", "run", args.scenario, *ov]
+                        cmd += [*variant_overrides(v, args.device), "--out", out]
+                    cmds.append((v, cmd))
                 if i % 2:
                     cmds.reverse()
                 for name, cmd in cmds:
                     times[name].append(timed(cmd))
+                    if name.startswith("flwr:"):
+                        check_finished(outs[name])
         plain = statistics.median(times["plain"])
         print(f"\ncase {case} ({' '.join(CASES[case])})", flush=True)
         print(f"{'variant':>10} {'wall s':>8} {'/ plain':>8}   runs")

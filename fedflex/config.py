@@ -845,11 +845,14 @@ class EvaluationConfig:
 class SimulationConfig:
     """How ``fedflex run`` simulates the federation.
 
-    ``backend``: ``ray`` (Flower's simulation runtime: a Ray worker pool runs the
-    ClientApp; ``num_cpus`` / ``num_gpus`` per virtual client, fractions pack several per
-    core or GPU) or ``local`` (the same ServerApp and ClientApp handlers in one process,
-    clients one after another, no Ray: for debugging and small models, where Ray's
-    start-up and messaging dominate).
+    ``backend``: ``auto`` (default: ``ray`` when ``ray_address`` names a cluster, else
+    ``local``; the resolved value is what config.yaml records), ``ray`` (Flower's
+    simulation runtime: a Ray worker pool runs the ClientApp; ``num_cpus`` / ``num_gpus``
+    per virtual client, fractions pack several per core or GPU) or ``local`` (the same
+    ServerApp and ClientApp handlers in one process, a round's clients in cohorts or one
+    after another, no Ray). On one machine ``local`` is the faster (issue 46, docs/scale.md:
+    no Ray start-up, no message per client; torch uses every core for each step), so it is
+    the default there; ``ray`` spreads clients over the processes of a cluster.
 
     ``vectorize``: train the clients of a round as batched cohorts
     (:mod:`clients.cohort`): ``rule`` (default) decides once per run, before round 1, by
@@ -875,7 +878,7 @@ class SimulationConfig:
     process; every machine of the cluster needs fedflex installed and the data.
     """
 
-    backend: str = "ray"
+    backend: str = "auto"
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     timeout: float = 3600.0
@@ -886,7 +889,9 @@ class SimulationConfig:
 
     def validate(self, path: str) -> None:
         """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
-        _choice(path, "backend", self.backend, ("ray", "local"))
+        _choice(path, "backend", self.backend, ("auto", "ray", "local"))
+        if self.backend == "auto":  # resolved here: config.yaml (and a resume) says which ran
+            self.backend = "ray" if self.ray_address else "local"
         # YAML 1.1 reads a bare on / off as a boolean, which OmegaConf then writes as a string
         bools = {"True": "on", "true": "on", "False": "off", "false": "off"}
         self.vectorize = bools.get(self.vectorize, self.vectorize)

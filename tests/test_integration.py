@@ -29,6 +29,7 @@ OVERRIDES = [
     "strategy.sampler.clients_per_round=3",
     "strategy.sampler.min_clients=1",
     "evaluation.every=2",
+    "simulation.backend=ray",
     "simulation.num_cpus=1",
     "output.progress=lines",
 ]

@@ -117,8 +117,7 @@ class CohortGrid(Grid):
         """Send ``messages``, packing same-content train messages into cohorts where that pays; return the replies."""
         messages = list(messages)
         packable = (
-            self.vectorize != "off"
-            and len(messages) > 1
+            len(messages) > 1
             and all(m.metadata.message_type == MessageType.TRAIN for m in messages)
             and all(m.content is messages[0].content for m in messages)
             and all(self.client_of(m.metadata.dst_node_id) is not None for m in messages)

@@ -488,12 +488,42 @@ def main(grid: Grid, context: Context) -> None:
         with _locked(Path(resume), new=False, option="resume="), _outcome_logged(Path(resume)):
             cfg, checkpoint = resume_point(Path(resume))
             logger.info("resuming %s after round %d", resume, checkpoint["round"])
-            run_server(grid, cfg, Path(resume), resume=checkpoint, node_keys=node_keys)
+            data, wrap = simulation_cohorts(grid, cfg, run_config)
+            run_server(grid, cfg, Path(resume), data, resume=checkpoint, wrap_grid=wrap, node_keys=node_keys)
         return
     cfg = flwr_run_scenario(run_config)
     out = results_dir(run_config, cfg.name)
     with _locked(out, new=True, option="out="), _outcome_logged(out):
-        run_server(grid, cfg, out, node_keys=node_keys)
+        data, wrap = simulation_cohorts(grid, cfg, run_config)
+        run_server(grid, cfg, out, data, wrap_grid=wrap, node_keys=node_keys)
+
+
+def simulation_cohorts(
+    grid: Grid, cfg: ScenarioConfig, run_config: Any
+) -> tuple[Optional[FederatedData], Optional[Callable[[Grid, Callable[[int], Optional[int]]], Grid]]]:
+    """Under Flower's simulation (``flwr run`` on a local simulation federation), train
+    each round's clients as fedflex's Ray backend does: one cohort message per worker
+    (:class:`fedflex.launch.cohort_grid.CohortGrid`), trained together where
+    ``simulation.vectorize`` says so, instead of one message and one ClientApp call per
+    SuperNode. ``workers`` (run config; 0 or absent: the CPUs this process may use) is how
+    many cohort messages a round sends: set it to the number of ClientApps Flower's
+    backend runs at once (its CPUs / ``client-resources.num-cpus``). Returns the loaded
+    data (the cohort rule reads it) and the ``wrap_grid``; (None, None) on a deployment,
+    where a SuperNode is one client.
+    """
+    if type(grid).__name__ != "InMemoryGrid":
+        return None, None
+    from fedflex.launch.runner import cohort_grid, decide_cohorts, usable_cpus
+
+    data = load_dataset(cfg.dataset, cfg.num_clients, cfg.seed)
+    decide_cohorts(cfg, data)  # before config.yaml is written: it records the choice
+    try:
+        workers = int(run_config.get("workers", 0) or 0)
+    except (TypeError, ValueError):
+        raise RunConfigError(f"workers={run_config.get('workers')!r}: must be a whole number") from None
+    if workers < 0:
+        raise RunConfigError(f"workers={workers}: must be 0 (the CPUs) or more")
+    return data, cohort_grid(cfg, workers or usable_cpus())
 
 
 @contextlib.contextmanager

@@ -122,6 +122,7 @@ def test_ctrl_c_on_the_ray_backend_stops_ray_within_seconds(tmp_path):
         str(QUICKSTART),
         "rounds=200",
         "dataset.samples_per_client=3000",
+        "simulation.backend=ray",
         "output.progress=off",
         "output.plots=false",
         "--out",
@@ -156,6 +157,7 @@ def test_sigterm_to_the_process_group_on_the_ray_backend_stops_at_a_round_bounda
     # Prepare: what SLURM, systemd and `timeout` do: SIGTERM to every process of the run,
     # Ray's included, in the middle of a round; an uninterrupted run as the reference
     ray = ["rounds=8", "dataset.samples_per_client=3000", "output.progress=off", "output.plots=false"]
+    ray.append("simulation.backend=ray")
     env = _env(tmp_path)
     full = tmp_path / "full"
     cmd = [sys.executable, "-m", "fedflex", "run", str(QUICKSTART), *ray]

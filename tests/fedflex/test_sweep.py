@@ -428,7 +428,7 @@ def test_a_ray_member_on_the_ray_backend_asks_for_no_more_than_its_cpus(tmp_path
     # Prepare: one run (jobs=1) whose clients ask for 4 CPUs each
     from fedflex.study.sweep import execution_overrides
 
-    sweep = plan(QUICKSTART, ["simulation.num_cpus=4"], {}, [0], tmp_path)
+    sweep = plan(QUICKSTART, ["simulation.backend=ray", "simulation.num_cpus=4"], {}, [0], tmp_path)
     # Execute: on this machine alone, and bounded to 2 CPUs (a Ray task's share)
     alone = execution_overrides(sweep, sweep.members[0], 2)
     bounded = execution_overrides(sweep, sweep.members[0], 2, bounded=True)

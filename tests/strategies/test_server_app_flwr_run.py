@@ -21,6 +21,7 @@ from fedflex.launch.server import (
     resume_point,
     save_checkpoint,
 )
+from fedflex.results import read_metrics
 
 
 def test_out_with_earlier_results_is_refused_and_left_alone(tmp_path):
@@ -273,3 +274,62 @@ def test_a_flwr_runs_run_log_ends_with_how_it_ended_and_its_resume_continues_the
         f"fedflex {__import__('fedflex').__version__}: resuming quickstart (seed 0, 3 rounds)",
         f"completed after round 3; results: {out}",
     ]
+
+
+def _simulation_grid(num_nodes: int):
+    """fedflex's in-process grid dressed as Flower's simulation grid (``InMemoryGrid``:
+    what ``flwr run`` on a simulation federation hands the ServerApp)."""
+    from types import SimpleNamespace
+
+    from fedflex.clients.client_app import app as client_app
+    from fedflex.launch.local_grid import LocalGrid
+
+    class InMemoryGrid(LocalGrid):
+        def __init__(self) -> None:
+            super().__init__(client_app, num_nodes)
+            self.state = SimpleNamespace(nodes=dict.fromkeys(self.registration_order()))  # registration order
+
+    return InMemoryGrid()
+
+
+def _train_messages(grid) -> list:
+    return [m for m in grid.sent if m.metadata.message_type == "train"]
+
+
+@pytest.mark.parametrize("vectorize", ["on", "off"])
+def test_flwr_run_on_a_simulation_trains_each_round_in_one_cohort_message_per_worker(tmp_path, vectorize):
+    # Prepare: 8 SuperNodes, 6 sampled a round (no churn), workers=2
+    from fedflex.clients.client_app import app as client_app
+    from fedflex.launch.local_grid import LocalGrid
+
+    overrides = "num_clients=8 rounds=2 churn.kind=none dataset.samples_per_client=40 output.plots=false"
+    overrides += f" strategy.sampler.clients_per_round=6 simulation.vectorize={vectorize}"
+    grid = _simulation_grid(8)
+    # Execute: under flwr run, and the same scenario on a grid that is no simulation's
+    _flwr_run(
+        grid,
+        {"scenario": "scenarios/quickstart.yaml", "overrides": overrides, "out": str(tmp_path / "a"), "workers": 2},
+    )
+    plain = LocalGrid(client_app, 8)
+    _flwr_run(plain, {"scenario": "scenarios/quickstart.yaml", "overrides": overrides, "out": str(tmp_path / "b")})
+    # Assert: 2 cohort messages a round naming 3 clients each, whether the workers train
+    # them batched ("on") or one after another ("off"); the plain grid gets one message
+    # per client; the same clients train the same examples, to the same accuracy (float
+    # rounding apart: "off" bit for bit)
+    sent = _train_messages(grid)
+    assert len(sent) == 2 * 2 and len(_train_messages(plain)) == 2 * 6
+    packed = [json.loads(m.content["config"]["cohort-clients"]) for m in sent]
+    assert [len(c) for c in packed] == [3, 3, 3, 3]
+    assert [m.content["config"]["cohort-vectorize"] for m in sent] == [vectorize] * 4
+    rows, ref = (read_metrics(tmp_path / d) for d in ("a", "b"))
+    assert [(r["sampled"], r["num_examples"]) for r in rows] == [(r["sampled"], r["num_examples"]) for r in ref]
+    assert [r["test_accuracy"] for r in rows] == pytest.approx([r["test_accuracy"] for r in ref], abs=1e-3)
+    if vectorize == "off":
+        assert [r["train_loss"] for r in rows] == [r["train_loss"] for r in ref]
+
+
+def test_a_bad_workers_value_is_refused_in_one_line(tmp_path):
+    overrides = "num_clients=4 rounds=1 dataset.samples_per_client=40 strategy.sampler.clients_per_round=2"
+    run_config = {"scenario": "scenarios/quickstart.yaml", "overrides": overrides, "workers": "two"}
+    with pytest.raises(RunConfigError, match=r"workers='two': must be a whole number"):
+        _flwr_run(_simulation_grid(4), {**run_config, "out": str(tmp_path / "a")})
