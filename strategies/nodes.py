@@ -26,7 +26,7 @@ Every refusal (a key that does not match, a client id a live node serves, one ou
 the scenario's, a node past the last free id) is logged once, on Flower's logger (the
 one a deployment's run log, ``flwr log`` and the console carry, and ``run.log``), and
 kept for the results: :meth:`NodeDirectory.refusals` (``refused_nodes`` in summary.json)
-and :meth:`NodeDirectory.shortfall` (the bound nodes that never trained).
+and :meth:`NodeDirectory.shortfall` (the bound ids no node ever served).
 
 Only ``identify="partition-id"`` (fedflex's scenarios and deployments, where fedflex's
 ClientApp is known to answer) sends the QUERY. The other modes send nothing a Flower
@@ -276,21 +276,22 @@ class NodeDirectory:
         """
         return [dict(entry) for entry in self._refusals]
 
-    def shortfall(self, trained: Iterable[int]) -> Optional[str]:
-        """Say which partition ids bound to node keys never trained (``trained``: the
-        client ids whose replies were aggregated), with the refusals; None when every bound
-        id trained or no key binding is in force.
+    def shortfall(self, served: Iterable[int]) -> Optional[str]:
+        """Say which partition ids bound to node keys no node ever served (``served``: the
+        client ids that were online in some round, i.e. had a node the binding accepted),
+        with the refusals; None when every bound id was served or no key binding is in
+        force. A bound id that was online but never sampled is no shortfall.
         """
         if self.bindings is None:
             return None
         bound = sorted(self.bindings)
-        done = set(int(c) for c in trained)
+        done = set(int(c) for c in served)
         missing = [c for c in bound if c not in done]
         if not missing:
             return None
         why = "; ".join(f"node {r['node']} refused: {r['reason']}" for r in self._refusals[:3])
         return (
-            f"{len(bound) - len(missing)} of the {len(bound)} nodes bound to partition ids trained "
+            f"{len(bound) - len(missing)} of the {len(bound)} partition ids bound to node keys had their node "
             f"(never: partition id {', '.join(map(str, missing))})" + (f"; {why}" if why else "")
         )
 

@@ -269,8 +269,8 @@ def _run_server(
             if refused:  # claims the node directory refused, each logged once as an ERROR
                 extra["refused_nodes"] = refused
             summary = summarize(recorder.rows, extra)
-            short = strategy.nodes.shortfall(trained_clients(recorder.rows))
-            if short and summary.get("status") == "completed":  # bound nodes that never trained
+            short = strategy.nodes.shortfall(served_clients(recorder.rows))
+            if short and summary.get("status") == "completed":  # bound ids no node served
                 summary["status"], summary["degraded"] = "degraded", short
             try:
                 recorder.finish(summary, timeline=availability.timeline(cfg.rounds), plots=cfg.output.plots)
@@ -286,18 +286,9 @@ def _run_server(
     return result
 
 
-def trained_clients(rows: list[dict[str, Any]]) -> set[int]:
-    """Return the client ids whose replies were aggregated in some train round of ``rows``
-    (sampled, and neither failed nor rejected).
-    """
-    done: set[int] = set()
-    for row in rows:
-        if row.get("phase", "train") != "train" or row.get("skipped"):
-            continue
-        bad = {int(x[0]) if isinstance(x, (list, tuple)) else int(x) for x in row.get("failed", []) or []}
-        bad |= {int(x[0]) for x in row.get("rejected", []) or [] if isinstance(x, (list, tuple)) and x}
-        done |= {int(c) for c in row.get("sampled", []) or []} - bad
-    return done
+def served_clients(rows: list[dict[str, Any]]) -> set[int]:
+    """Return the client ids online in some train round of ``rows`` (a node served them)."""
+    return {int(c) for row in rows if row.get("phase", "train") == "train" for c in row.get("online", []) or []}
 
 
 def untrained(rows: list[dict[str, Any]], min_clients: int) -> Optional[str]:
@@ -515,14 +506,14 @@ def simulation_cohorts(
         return None, None
     from fedflex.launch.runner import cohort_grid, decide_cohorts, usable_cpus
 
-    data = load_dataset(cfg.dataset, cfg.num_clients, cfg.seed)
-    decide_cohorts(cfg, data)  # before config.yaml is written: it records the choice
     try:
         workers = int(run_config.get("workers", 0) or 0)
     except (TypeError, ValueError):
         raise RunConfigError(f"workers={run_config.get('workers')!r}: must be a whole number") from None
     if workers < 0:
         raise RunConfigError(f"workers={workers}: must be 0 (the CPUs) or more")
+    data = load_dataset(cfg.dataset, cfg.num_clients, cfg.seed)
+    decide_cohorts(cfg, data)  # before config.yaml is written: it records the choice
     return data, cohort_grid(cfg, workers or usable_cpus())
 
 

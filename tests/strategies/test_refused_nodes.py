@@ -92,7 +92,7 @@ def test_a_node_refused_by_the_key_binding_is_one_error_on_flowers_logger_and_li
         },
     ]
     assert nodes.shortfall([0]).startswith(
-        "1 of the 3 nodes bound to partition ids trained (never: partition id 1, 2); node "
+        "1 of the 3 partition ids bound to node keys had their node (never: partition id 1, 2); node "
     )
     assert nodes.shortfall([0, 1, 2]) is None
 
@@ -113,9 +113,9 @@ def test_a_second_node_on_one_client_id_is_listed_as_refused(flower_records):
     assert nodes.refusals()[0]["reason"].startswith(f"node {first} serves it")
 
 
-def _bound_run(tmp_path, grid, binding) -> Path:
-    """Run 2 rounds of 3 clients (all sampled, no churn) bound to the node keys."""
-    overrides = ["num_clients=3", "rounds=2", "churn.kind=none", "strategy.sampler.clients_per_round=3"]
+def _bound_run(tmp_path, grid, binding, per_round: int = 3) -> Path:
+    """Run 2 rounds of 3 clients (no churn, ``per_round`` sampled) bound to the node keys."""
+    overrides = ["num_clients=3", "rounds=2", "churn.kind=none", f"strategy.sampler.clients_per_round={per_round}"]
     overrides += ["dataset.samples_per_client=30", "output.progress=off", "output.plots=false"]
     run_server(grid, load_scenario(None, overrides), tmp_path / "run", node_keys=binding)
     return tmp_path / "run"
@@ -134,22 +134,25 @@ def test_a_run_with_swapped_node_keys_says_each_refusal_once_lists_them_and_is_d
     assert len(refused) == 2, lines
     assert sorted(line.split("claims client id ")[1][:10] for line in refused) == ["1: refused", "2: refused"]
     # summary.json lists both refusals with their reasons, and the run is not completed:
-    # 1 of the 3 bound partition ids trained (1 and 2 never did)
+    # 1 of the 3 bound partition ids had its node (1 and 2 never had one)
     summary = json.loads((out / "summary.json").read_text())
     assert sorted(r["client"] for r in summary["refused_nodes"]) == [1, 2]
     assert all("authenticated with key" in r["reason"] for r in summary["refused_nodes"])
     assert summary["status"] == "degraded"
-    assert summary["degraded"].startswith("1 of the 3 nodes bound to partition ids trained (never: partition id 1, 2)")
+    expected = "1 of the 3 partition ids bound to node keys had their node (never: partition id 1, 2)"
+    assert summary["degraded"].startswith(expected)
 
 
 @pytest.mark.usefixtures("isolated_cache")
-def test_a_bound_run_whose_nodes_all_trained_is_completed_without_refusals(tmp_path):
-    # Prepare: the same federation with every node on its own key
+def test_a_bound_run_whose_nodes_all_connected_is_completed_though_some_were_never_sampled(tmp_path):
+    # Prepare: the same federation with every node on its own key; 1 client sampled a
+    # round, so over 2 rounds at least one bound id never trains
     grid, binding, _ = _swapped(tmp_path, client_app)
     one, two = grid.node_of(1), grid.node_of(2)
     grid.keys[one], grid.keys[two] = grid.keys[two], grid.keys[one]
     # Execute
-    out = _bound_run(tmp_path, grid, binding)
-    # Assert
+    out = _bound_run(tmp_path, grid, binding, per_round=1)
+    # Assert: every bound id had its node: completed, nothing refused
+    assert len({c for row in read_metrics(out) for c in row["sampled"]}) < 3
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and "refused_nodes" not in summary
