@@ -525,23 +525,25 @@ def _outcome_logged(out: Path) -> Iterator[None]:
     ServerApp killed with its SuperLink writes nothing: its resume's ``resuming`` line
     follows the last round's.
     """
+    from fedflex.study.runs import read_summary
+
+    def then() -> str:
+        return f"; continue with: resume={out}" if (out / CHECKPOINT_FILE).is_file() else ""
+
     try:
         yield
     except Exception as exc:
-        then = f"; continue with: resume={out}" if (out / CHECKPOINT_FILE).is_file() else ""
-        log_outcome(out, logging.ERROR, f"ended by {type(exc).__name__}: {exc}{then}")
+        log_outcome(out, logging.ERROR, f"ended by {type(exc).__name__}: {exc}{then()}")
         raise
-    try:
-        summary = json.loads((out / SUMMARY_FILE).read_text())
-    except (OSError, ValueError):
+    summary = read_summary(out)
+    if summary is None:
         return
     status, last = summary.get("status"), summary.get("last_round")
     if status == "completed":
         log_outcome(out, logging.INFO, f"completed after round {last}; results: {out}")
     else:
-        then = f"; continue with: resume={out}" if (out / CHECKPOINT_FILE).is_file() else ""
         why = f" ({summary['degraded']})" if status == "degraded" and summary.get("degraded") else ""
-        line = f"ended {status} after round {last}{why}; results: {out}{then}"
+        line = f"ended {status} after round {last}{why}; results: {out}{then()}"
         logger.warning("%s", line)  # the console's (run.log's handler is gone by now)
         log_outcome(out, logging.WARNING, line)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import shutil
 import signal
@@ -17,7 +16,7 @@ from typing import Optional
 from fedflex.launch.deploy.certs import TlsFiles, make_certificates
 from fedflex.launch.deploy.federation import LocalFederation
 from fedflex.launch.deploy.processes import DeployError, find_executable, link_transport, transport_mismatch
-from fedflex.results import CHECKPOINT_FILE, SUMMARY_FILE
+from fedflex.results import CHECKPOINT_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -243,11 +242,10 @@ def _degraded(out: Path) -> Optional[str]:
     ``degraded``: nodes the key binding refused, rounds whose replies were all rejected);
     None when it is, or when summary.json cannot be read.
     """
-    try:
-        summary = json.loads((out / SUMMARY_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(summary, dict) or summary.get("status") != "degraded":
+    from fedflex.study.runs import read_summary
+
+    summary = read_summary(out) or {}
+    if summary.get("status") != "degraded":
         return None
     return str(summary.get("degraded") or "degraded")
 
