@@ -94,11 +94,19 @@ def _sort_key(client_id: Any) -> tuple:
         return (1, 0, str(client_id))
 
 
-def _rounds_online(start: float, end: float, spr: float, offset: float) -> tuple[int, int]:
-    """Return rounds ``[first, until)`` whose instant ``offset + (t - 1) * spr`` lies in ``[start, end]``."""
-    first = math.ceil((start - offset) / spr) + 1
-    until = math.floor((end - offset) / spr) + 2
-    return max(first, 1), until
+def _rounds_online(start: float, end: float, spr: float, offset: float, rounds: int) -> tuple[int, int]:
+    """Return rounds ``[first, until)`` whose instant ``offset + (t - 1) * spr`` lies in ``[start, end]``.
+
+    The quotients are clamped to ``[-1, rounds + 1]`` before rounding: a tiny ``spr`` (1e-300 s)
+    makes them overflow to infinity, which no round index can hold.
+    """
+
+    def steps(t: float) -> float:
+        return min(max((t - offset) / spr, -1.0), rounds + 1.0)
+
+    first = math.ceil(steps(start)) + 1
+    until = math.floor(steps(end)) + 2
+    return max(first, 1), min(until, rounds + 1)
 
 
 def convert(
@@ -148,20 +156,19 @@ def convert(
             raise ValueError(
                 f"client {cid!r}: needs a positive 'finish_time' to repeat (a finite number; or use repeat=False)"
             )
-        cycles = int(horizon // period) + 1 if repeat else 1
-        if cycles * max(len(active), 1) > MAX_INTERVALS:
+        repeats = horizon // period + 1 if repeat else 1.0  # a float: 1e-320 s periods overflow int()
+        if repeats * max(len(active), 1) > MAX_INTERVALS:
             raise ValueError(
-                f"client {cid!r}: finish_time {period} repeats its {len(active)} interval(s) {cycles} times "
+                f"client {cid!r}: finish_time {period} repeats its {len(active)} interval(s) {repeats:.3g} times "
                 f"in {rounds} rounds of {seconds_per_round} s: more than {MAX_INTERVALS} (use repeat=False?)"
             )
         spans = []
-        for k in range(cycles):
+        for k in range(int(repeats)):
             shift = k * period if repeat else 0.0
             for a, b in zip(active, inactive):
                 if b < a:
                     raise ValueError(f"client {cid!r}: interval active {a} > inactive {b}")
-                first, until = _rounds_online(a + shift, b + shift, seconds_per_round, offset)
-                until = min(until, rounds + 1)
+                first, until = _rounds_online(a + shift, b + shift, seconds_per_round, offset, rounds)
                 if first < until:
                     spans.append((first, until))
         for first, until in _merge(spans):

@@ -64,6 +64,16 @@ def test_bad_entries_are_named():
         convert(TRACE, 0, 3)
 
 
+def test_extreme_clocks_give_round_ranges_not_an_overflow():
+    # A 1e-300 s round puts 1.8e8 s at 1.8e308 rounds (infinity as a float): found by the fuzz test.
+    trace = {0: {"active": [0], "inactive": [179769314.0], "finish_time": 1}}
+    # Rounds 1..3 sit at instants 0, 1e-300, 2e-300: all inside [0, 1.8e8]
+    assert convert(trace, 1e-300, 3, repeat=False) == [(0, 1, 4, "0")]
+    # A 1e-320 s finish_time would repeat the interval infinitely often in 60 rounds of 60 s
+    with pytest.raises(ValueError, match="repeats its 1 interval\\(s\\) inf times"):
+        convert({0: {"active": [0], "inactive": [1], "finish_time": 1e-320}}, 60, 60)
+
+
 def test_cli_converts_a_pickle_and_reports_a_bad_file_in_one_line(tmp_path, capsys):
     # Prepare
     pkl = tmp_path / "client_behave_trace"
