@@ -13,8 +13,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedflex.config import load_scenario
 from fedflex.data import load_dataset
+from fedflex.loader import load_scenario
 from fedflex.models import build_model
 from fedflex.partition import partition_data
 

@@ -1134,15 +1134,3 @@ class ScenarioConfig:
                 self.num_clients,
                 f"mixed-dirichlet needs a multiple of len(partition.alphas) = {len(self.partition.alphas)}",
             )
-
-
-#: names that moved to :mod:`fedflex.loader`, still importable from here
-_LOADER_NAMES = ("load_scenario", "warn_unused", "to_yaml")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LOADER_NAMES:
-        from fedflex import loader
-
-        return getattr(loader, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

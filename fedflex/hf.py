@@ -54,8 +54,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
+from fedflex.arraydata import ArrayDataset, DataNotFoundError, FederatedData, data_root, one_line, source_signature
 from fedflex.config import ConfigError, DatasetConfig
-from fedflex.data import ArrayDataset, DataNotFoundError, FederatedData, _one_line, _source_signature, data_root
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ def _missing(cfg: DatasetConfig, looked: Sequence[str], cause: Optional[BaseExce
     if cfg.hub and not cfg.download:
         parts.append("dataset.download=false")
     elif cause is not None:
-        parts.append("the hub could not be reached (" + _one_line(cause, 160) + ")")
+        parts.append("the hub could not be reached (" + one_line(cause, 160) + ")")
     parts.append(
         "provide dataset.path=<a save_to_disk directory> or dataset.train_files=[...] / test_files=[...] "
         f"(CSV, JSON lines, Parquet; relative to {data_root(cfg)}, set by dataset.root or $FEDFLEX_DATA)"
@@ -228,7 +228,7 @@ def _read_files(files: Sequence[Path], cache_dir: str):
 # ---------------------------------------------------------------------------- cache
 def _cache_path(cfg: DatasetConfig, kind: str, what: Any) -> Path:
     if kind == "dir":
-        ident: Any = [str(what), _source_signature(Path(what))]
+        ident: Any = [str(what), source_signature(Path(what))]
     elif kind == "files":
         ident = [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in what[0] + what[1]]
     else:
@@ -284,7 +284,7 @@ def _save(path: Path, data: FederatedData, extra: dict) -> None:
             tmp.write_text(json.dumps({"pad": PAD_ID, "unk": UNK_ID, "tokens": extra["vocab"]}, ensure_ascii=False))
             os.replace(tmp, vocab_file)
     except OSError as exc:
-        log.warning("could not write the tensor cache %s: %s", path, _one_line(exc))
+        log.warning("could not write the tensor cache %s: %s", path, one_line(exc))
 
 
 def _load(path: Path) -> Optional[tuple[FederatedData, dict]]:
@@ -293,7 +293,7 @@ def _load(path: Path) -> Optional[tuple[FederatedData, dict]]:
     try:
         blob = torch.load(path, mmap=True, weights_only=True)
     except Exception as exc:  # a broken cache file is only a slower start
-        log.warning("ignoring unreadable tensor cache %s: %s", path, _one_line(exc))
+        log.warning("ignoring unreadable tensor cache %s: %s", path, one_line(exc))
         return None
     if blob.get("format") != _CACHE_FORMAT:
         return None

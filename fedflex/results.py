@@ -23,19 +23,20 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 import numpy as np
 
 from fedflex.atomic import atomic_write
+from fedflex.rundir import (  # noqa: F401 - the run directory's file names, also importable from here
+    ACCURACY_PLOT,
+    CHECKPOINT_FILE,
+    CHURN_PLOT,
+    CONFIG_FILE,
+    LEGACY_CHECKPOINT_FILE,
+    METRICS_FILE,
+    MODEL_FILE,
+    SUMMARY_FILE,
+    TRACE_FILE,
+)
 from fedflex.statefile import StateFileError, read_state, write_state, write_state_to
 
 logger = logging.getLogger(__name__)
-
-CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "summary.json"
-MODEL_FILE = "model.npz"
-ACCURACY_PLOT = "accuracy.png"
-CHURN_PLOT = "churn.png"
-CHECKPOINT_FILE = "checkpoint.npz"  # save_checkpoint / load_checkpoint
-TRACE_FILE = "trace.csv"  # a churn trace, copied into the run directory
-LEGACY_CHECKPOINT_FILE = "checkpoint.pkl"  # a pickle (fedflex before issue 26): never loaded
 
 
 def _clean(value: Any) -> Any:
@@ -456,7 +457,7 @@ def _bound_config(out_dir: Path) -> Optional[dict[str, Any]]:
     """
     import yaml
 
-    from fedflex.study.runs import flatten, is_execution_key  # study.runs imports this module
+    from fedflex.study.runs import flatten, is_execution_key
 
     path = Path(out_dir) / CONFIG_FILE
     try:

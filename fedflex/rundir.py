@@ -18,6 +18,16 @@ from pathlib import Path
 from typing import Optional
 
 LOCK_FILE = ".fedflex.lock"
+#: the files of a run directory (docs/run-directory.md)
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+MODEL_FILE = "model.npz"
+ACCURACY_PLOT = "accuracy.png"
+CHURN_PLOT = "churn.png"
+CHECKPOINT_FILE = "checkpoint.npz"  # save_checkpoint / load_checkpoint
+TRACE_FILE = "trace.csv"  # a churn trace, copied into the run directory
+LEGACY_CHECKPOINT_FILE = "checkpoint.pkl"  # a pickle (fedflex before issue 26): never loaded
 
 
 class RunDirError(ValueError):

@@ -1,6 +1,6 @@
 """Churn traces: CSV files of online intervals (FedScale-style), read and checked.
 
-Read by :class:`fedflex.churn.TraceAvailability`, and by :func:`fedflex.config.load_scenario`
+Read by :class:`fedflex.churn.TraceAvailability`, and by :func:`fedflex.loader.load_scenario`
 so that a bad trace fails at load, naming its file and line.
 """
 

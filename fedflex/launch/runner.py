@@ -11,22 +11,14 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional, cast
+from typing import Any, Callable, Optional
 
 from fedflex import interrupts
 from fedflex.config import ScenarioConfig
 from fedflex.data import check_data_fits, load_dataset
+from fedflex.launch.cohort_grid import cohort_grid, decide_cohorts, usable_cpus
 
 logger = logging.getLogger(__name__)
-
-
-def usable_cpus() -> int:
-    """Return the CPUs this process may run on (its affinity: ``taskset``, or a ``fedflex sweep``
-    member's share), which bound the Ray pool it starts.
-    """
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0)) or 1
-    return os.cpu_count() or 1
 
 
 def backend_config(cfg: ScenarioConfig) -> dict:
@@ -63,67 +55,6 @@ def ray_workers(cfg: ScenarioConfig, cpus: Optional[float] = None, gpus: Optiona
 
 #: :func:`decide_cohorts` builds a model of at most these parameter bytes on the CPU for the
 #: rule's one-example forward (milliseconds for FMNIST's models), a larger one on the meta device
-REAL_RULE_MODEL_BYTES = 64 * 2**20
-
-
-def decide_cohorts(cfg: ScenarioConfig, data) -> str:
-    """``simulation.vectorize=rule``: decide once, before round 1, whether this run trains
-    in cohorts (:func:`clients.cohort.vectorize_rule`: the model, the device, the clients
-    per round, the batch; no timing) and record it in ``cfg`` as
-    ``simulation.vectorize_choice``, which config.yaml then holds: a resumed run (and a
-    re-run of the saved config) finds it there and does not decide again. Returns how
-    the run trains: ``on``, ``off`` or ``auto``.
-    """
-    sim = cfg.simulation
-    if sim.vectorize != "rule":
-        return sim.cohorts()
-    # DEBUG: config.yaml records the choice; a run's stderr stays its one line on failure
-    say = logging.getLogger("fedflex.clients.cohort_app")  # the logger that says how clients train
-    if sim.vectorize_choice is not None:
-        say.debug("cohorts (simulation.vectorize=rule): %s, as recorded in the config", sim.vectorize_choice)
-        return sim.cohorts()
-    import torch
-
-    from fedflex.clients.cohort import vectorize_rule
-    from fedflex.clients.runtime import resolve_device
-    from fedflex.models import build_model
-
-    example = data.train.inputs(torch.zeros(1, dtype=torch.long))
-    with torch.random.fork_rng(devices=[]):  # the run's own random stream is not touched
-        try:  # shapes first: built on the meta device, no memory, no arithmetic
-            with torch.device("meta"):
-                model = build_model(cfg.model, data.train.input_shape, data.train.num_classes)
-            if sum(p.numel() * p.element_size() for p in model.parameters()) <= REAL_RULE_MODEL_BYTES:
-                # a small model is built for real and its one-example forward runs on the CPU:
-                # a first forward on the meta device imports torch's meta kernels, 1.7 s of a
-                # 10,000-client run whose rounds take 0.3 s (issue 32)
-                model = build_model(cfg.model, data.train.input_shape, data.train.num_classes)
-            else:
-                example = example.to("meta")
-        except Exception:  # a model that cannot be built on the meta device
-            model = build_model(cfg.model, data.train.input_shape, data.train.num_classes)
-    try:
-        device = resolve_device(cfg.client.device)
-    except RuntimeError:  # client.device=cuda without a GPU here: the workers say so
-        device = torch.device(cfg.client.device)
-    choice, why = vectorize_rule(
-        model,
-        example,
-        device,
-        cast(int, cfg.strategy.sampler.clients_per_round),  # filled by validate
-        cfg.client.batch_size,
-        len(data.train) / cfg.num_clients,
-        sim.cohort_size,
-    )
-    sim.vectorize_choice = choice
-    say.debug(
-        "cohorts (simulation.vectorize=rule): %s: %s (recorded as simulation.vectorize_choice)",
-        "in cohorts" if choice == "on" else "one client at a time",
-        why,
-    )
-    return choice
-
-
 def check_resumed_model(cfg: ScenarioConfig, data, checkpoint: dict) -> None:
     """Check that a checkpoint's model arrays have the names, shapes and dtypes of the model
     ``cfg`` builds on ``data`` (built on the meta device: no memory, no arithmetic, the
@@ -146,22 +77,6 @@ def check_resumed_model(cfg: ScenarioConfig, data, checkpoint: dict) -> None:
         except Exception:  # a model that cannot be built on the meta device
             model = build_model(cfg.model, data.train.input_shape, data.train.num_classes)
     check_model(checkpoint, model.state_dict())
-
-
-def cohort_grid(cfg: ScenarioConfig, workers: int):
-    """``wrap_grid`` for the ServerApp on a simulation: one cohort message per worker and
-    round (:mod:`fedflex.launch.cohort_grid`), whatever ``simulation.vectorize`` decides
-    (it says how each worker trains its clients: batched, or one after another). A message
-    per client costs Flower's simulation engine a ClientApp call each (issue 46: 100
-    messages a round made a round of K = 100 small clients 4x the in-process backend's).
-    """
-    mode = cfg.simulation.cohorts()
-    from fedflex.launch.cohort_grid import CohortGrid
-
-    def wrap(grid, client_of):
-        return CohortGrid(grid, client_of, workers, mode, cfg.simulation.cohort_size)
-
-    return wrap
 
 
 def _worker_pythonpath() -> str:

@@ -504,7 +504,7 @@ def simulation_cohorts(
     """
     if type(grid).__name__ != "InMemoryGrid":
         return None, None
-    from fedflex.launch.runner import cohort_grid, decide_cohorts, usable_cpus
+    from fedflex.launch.cohort_grid import cohort_grid, decide_cohorts, usable_cpus
 
     try:
         workers = int(run_config.get("workers", 0) or 0)

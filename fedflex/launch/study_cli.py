@@ -184,7 +184,7 @@ def _sweep(args: argparse.Namespace) -> int:
 def compare_command(args: argparse.Namespace) -> int:
     """``fedflex compare``: the Markdown table on stdout, files in ``--out``."""
     from fedflex.study.compare import write_comparison
-    from fedflex.study.reference import read_reference
+    from fedflex.study.studyfile import read_reference
 
     if args.out:
         out = Path(args.out)

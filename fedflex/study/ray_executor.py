@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from fedflex.study.process import Ended, child_env, fedflex_root
 from fedflex.study.runs import StudyError
-from fedflex.study.sweep import Ended, child_env, fedflex_root
 
 logger = logging.getLogger(__name__)
 

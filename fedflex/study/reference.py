@@ -18,7 +18,6 @@ columns to its table and names the source under it.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Iterable
 
 from fedflex.study.runs import StudyError
@@ -59,32 +58,6 @@ def merge_references(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, A
     for key, columns in extra.get("groups", {}).items():
         groups.setdefault(key, {}).update(columns)
     return {"source": extra.get("source") or base.get("source", ""), "groups": groups}
-
-
-def read_reference(path: Path) -> dict[str, Any]:
-    """Return the ``reference:`` of a study file (its ``base:`` included) or of a YAML file that
-    holds only ``reference:``.
-
-    Raises
-    ------
-    StudyError
-        When the file cannot be read or has no ``reference:``.
-    """
-    from fedflex.config import ConfigError
-    from fedflex.loader import _read_yaml
-    from fedflex.study.sweep import is_study_file, read_study
-
-    path = Path(path)
-    try:
-        data = _read_yaml(path)
-    except ConfigError as exc:
-        raise StudyError(f"--reference {path}: {exc}") from None
-    reference = (
-        read_study(path)["reference"] if is_study_file(path) else parse_reference(data.get("reference"), str(path))
-    )
-    if not reference["groups"]:
-        raise StudyError(f"--reference {path}: no reference: groups in it")
-    return reference
 
 
 def columns(reference: dict[str, Any]) -> list[str]:

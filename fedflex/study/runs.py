@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from fedflex.results import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
+from fedflex.rundir import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
 
 #: a run that ended on its own: running it again gives the same outcome (``degraded``: it
 #: ran its rounds, but in some every reply was rejected)

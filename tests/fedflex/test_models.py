@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedflex import config
+from fedflex import config, loader
 from fedflex.config import ModelConfig
 from fedflex.models import MODELS, build_model, num_parameters, output_bias_key, output_layer
 
@@ -258,4 +258,4 @@ def test_mlp_with_one_width_keeps_one_hidden_layer():
 @pytest.mark.parametrize("hidden", ["[]", "0", "[200,-1]", "abc"])
 def test_mlp_widths_that_are_not_positive_integers_are_refused(hidden):
     with pytest.raises(config.ConfigError, match="model.hidden"):
-        config.load_scenario(None, ["model.name=mlp", f"model.hidden={hidden}"])
+        loader.load_scenario(None, ["model.name=mlp", f"model.hidden={hidden}"])

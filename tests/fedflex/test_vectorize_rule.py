@@ -15,8 +15,9 @@ import yaml
 import fedflex.clients.cohort
 import fedflex.clients.cohort_app
 from fedflex.clients.cohort import RULE_CPU_BYTES, _activation_bytes, vectorize_rule
-from fedflex.config import ConfigError, ModelConfig, ScenarioConfig, SimulationConfig, load_scenario
+from fedflex.config import ConfigError, ModelConfig, ScenarioConfig, SimulationConfig
 from fedflex.launch.cli import main
+from fedflex.loader import load_scenario
 from fedflex.models import build_model
 
 ROOT = Path(__file__).parents[2]
@@ -150,10 +151,10 @@ def test_a_resumed_run_trains_as_recorded_even_where_the_rule_would_now_decide_o
 # ---------------------------------------------------------------------------- the decision
 @pytest.mark.parametrize("real_bytes", [64 * 2**20, 0])  # small models built on the CPU; all on meta
 def test_the_decision_reads_the_same_shapes_on_either_path_and_leaves_the_runs_random_stream(monkeypatch, real_bytes):
-    import fedflex.launch.runner as runner
+    import fedflex.launch.cohort_grid as packing
     from fedflex.data import load_dataset
 
-    monkeypatch.setattr(runner, "REAL_RULE_MODEL_BYTES", real_bytes)
+    monkeypatch.setattr(packing, "REAL_RULE_MODEL_BYTES", real_bytes)
     # quickstart: logreg, 5 clients a round; cnn-fmnist at 100 of 1,000: 100 x 32 x 103.1 KiB > 64 MiB
     expected = {QUICKSTART: "on", ROOT / "scenarios" / "bench_fmnist.yaml": "off"}
     for path, choice in expected.items():
@@ -163,6 +164,6 @@ def test_the_decision_reads_the_same_shapes_on_either_path_and_leaves_the_runs_r
         torch.manual_seed(123)
         before = torch.rand(3)
         torch.manual_seed(123)
-        assert runner.decide_cohorts(cfg, data) == choice
+        assert packing.decide_cohorts(cfg, data) == choice
         assert cfg.simulation.vectorize_choice == choice
         assert torch.equal(torch.rand(3), before)  # building the model drew nothing from the run's stream
