@@ -16,22 +16,46 @@ command's start) stays light, with no torch, Flower or strategy import.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
 import os
+import sys
 from typing import Any
 
 __version__ = "0.1.0"
 
 # The server and client halves live in the top-level folders strategies/ and clients/ (the
 # project's layout) and are imported as fedflex.strategies / fedflex.clients, so that an
-# installed fedflex claims no top-level name but its own. In a checkout, fedflex/strategies
-# and fedflex/clients are symbolic links to those folders, and a built wheel holds their
-# files there. Where the links are absent (a Flower app bundle, FAB, which skips links; a
-# checkout without link support) the folder above this package is searched as well.
+# installed fedflex claims no top-level name but its own. A wheel holds them under
+# fedflex/, an editable install maps them (pyproject.toml's package-dir). A checkout used
+# without an install, and a Flower app bundle (FAB) under `flwr run`, have the folders
+# beside this package instead: this finder maps the two names (and only them) to them.
 _here = os.path.dirname(os.path.abspath(__file__))
+_SIDES = ("strategies", "clients")
+
+
+class _SideFinder(importlib.abc.MetaPathFinder):
+    """``fedflex.strategies`` / ``fedflex.clients`` -> the folders beside this package."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        package, _, side = fullname.partition(".")
+        if package != __name__ or side not in _SIDES:
+            return None
+        folder = os.path.join(self.root, side)
+        return importlib.util.spec_from_file_location(
+            fullname, os.path.join(folder, "__init__.py"), submodule_search_locations=[folder]
+        )
+
+
 if not os.path.isdir(os.path.join(_here, "strategies")) and os.path.isfile(
     os.path.join(os.path.dirname(_here), "strategies", "__init__.py")
 ):
-    __path__.append(os.path.dirname(_here))  # noqa: F821 (a package's own __path__)
+    # first: the halves come from beside the fedflex that was imported, even where an
+    # editable install of another checkout would map them elsewhere
+    sys.meta_path.insert(0, _SideFinder(os.path.dirname(_here)))
 
 # public name -> the module that defines it
 _EXPORTS = {

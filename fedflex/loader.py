@@ -149,7 +149,7 @@ def load_scenario(
         p = Path(path)
         if not p.is_file():
             raise ConfigError("scenario", str(path), "no such file")
-        layers.append(OmegaConf.create(alias_mapping(_read_yaml(p))))
+        layers.append(OmegaConf.create(alias_mapping(read_yaml(p))))
         file_trace = OmegaConf.select(layers[0], "churn.trace", default=None)
     overrides = alias_overrides(overrides)
     for item in overrides:
@@ -258,7 +258,7 @@ def _unique_key_loader():
     return Loader
 
 
-def _read_yaml(p: Path) -> dict:
+def read_yaml(p: Path) -> dict:
     """Return a scenario file's mapping; syntax errors name the line and column, a key given
     twice names both lines, a top level that is not a mapping is refused.
     """

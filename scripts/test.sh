@@ -18,5 +18,5 @@ cd "$here"
 # lint and format, the type check (all configured in pyproject.toml), then the tests
 "$venv/bin/ruff" check .
 "$venv/bin/ruff" format --check .
-"$venv/bin/mypy"
+"$venv/bin/python" scripts/typecheck.py
 exec "$venv/bin/python" -m pytest ${args[@]+"${args[@]}"}

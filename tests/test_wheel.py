@@ -1,7 +1,7 @@
 """fedflex installed from a built wheel (not editable) works beside a user's own
 top-level ``strategies`` and ``clients`` packages: its server and client halves are
-``fedflex.strategies`` and ``fedflex.clients`` (the top-level folders of the checkout are
-linked into the package), and the wheel claims no other top-level name."""
+``fedflex.strategies`` and ``fedflex.clients`` (the top-level folders of the checkout,
+mapped by pyproject.toml's package-dir), and the wheel claims no other top-level name."""
 
 from __future__ import annotations
 
@@ -48,6 +48,13 @@ def test_the_wheel_holds_only_the_fedflex_package(wheel):
     # Assert: one top-level name; the server and client halves inside it
     assert tops == {"fedflex"}
     assert {"fedflex/strategies/named.py", "fedflex/clients/client_app.py"} <= names
+    # every module of the three folders, none left out of pyproject.toml's package list
+    sources = {
+        f"fedflex/{side}/{p.relative_to(ROOT / side)}" if side != "fedflex" else str(p.relative_to(ROOT))
+        for side in ("fedflex", "strategies", "clients")
+        for p in (ROOT / side).rglob("*.py")
+    }
+    assert sources - names == set()
 
 
 @pytest.mark.slow  # a venv, the wheel installed into it, a short run: about 30 s
@@ -94,8 +101,8 @@ def test_an_installed_wheel_works_beside_a_users_own_strategies_package(wheel, t
     assert proc.stdout.splitlines()[-1] == "strategies clients True 2 completed"
 
 
-def test_a_flower_app_bundle_without_the_links_imports_the_halves_from_its_own_folders(tmp_path):
-    # Prepare: the FAB `flwr run .` ships (flwr build skips symbolic links), unpacked
+def test_a_flower_app_bundle_imports_the_halves_from_its_own_top_level_folders(tmp_path):
+    # Prepare: the FAB `flwr run .` ships (the checkout's folders as they are), unpacked
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     flwr = Path(sys.executable).parent / "flwr"
     source = tmp_path / "app"
@@ -106,7 +113,7 @@ def test_a_flower_app_bundle_without_the_links_imports_the_halves_from_its_own_f
     (fab,) = tmp_path.glob("*.fab")
     unpacked = tmp_path / "unpacked"
     with zipfile.ZipFile(fab) as bundle:
-        assert not any(name.startswith("fedflex/strategies/") for name in bundle.namelist())  # the link is gone
+        assert not any(name.startswith("fedflex/strategies/") for name in bundle.namelist())  # only strategies/
         bundle.extractall(unpacked)
     code = "import fedflex.strategies.strategy as s, fedflex.clients.client_app as c; print(s.__file__, c.__file__)"
     # Execute: the bundle's folder first on the path, as Flower's app loading puts it

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fedflex.partition.common import _check_enough, _child_seeds, _class_pools, _hf_dataset, _load_all, _materialise
+from fedflex.partition.common import check_enough, child_seeds, class_pools, hf_dataset, load_all, materialise
 
 logger = logging.getLogger(__name__)
 
@@ -36,10 +36,10 @@ def dirichlet_partition(
         raise ValueError(f"alpha must be > 0, got {alpha}")
     if min_size < 0:
         raise ValueError(f"min_size must be >= 0, got {min_size}")
-    _check_enough(len(y), num_clients, max(min_size, 1))
+    check_enough(len(y), num_clients, max(min_size, 1))
     from flwr_datasets.partitioner import DirichletPartitioner
 
-    s_perm, s_flwr, s_own = _child_seeds(seed, 3)
+    s_perm, s_flwr, s_own = child_seeds(seed, 3)
     perm = np.random.default_rng(s_perm).permutation(len(y))
     partitioner = DirichletPartitioner(
         num_partitions=num_clients,
@@ -50,11 +50,11 @@ def dirichlet_partition(
         shuffle=False,
         seed=s_flwr,
     )
-    partitioner.dataset = _hf_dataset(y, perm)
+    partitioner.dataset = hf_dataset(y, perm)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # one warning per failed redraw
-            return _load_all(partitioner, num_clients)
+            return load_all(partitioner, num_clients)
     except ValueError as exc:
         logger.info(
             "DirichletPartitioner(alpha=%g) could not give every client %d examples (%s); "
@@ -64,9 +64,9 @@ def dirichlet_partition(
             exc,
         )
     rng = np.random.default_rng(s_own)
-    by_class = _class_pools(y, perm)
+    by_class = class_pools(y, perm)
     counts = _dirichlet_counts(np.array([len(p) for p in by_class]), num_clients, alpha, rng, max(min_size, 1))
-    return _materialise(by_class, counts)
+    return materialise(by_class, counts)
 
 
 def mixed_dirichlet_partition(
@@ -109,8 +109,8 @@ def mixed_dirichlet_partition(
         )
     per_group = num_clients // groups
     need = max(min_size, 1)
-    _check_enough(len(y), num_clients, need)
-    rng = np.random.default_rng(_child_seeds(seed, 1)[0])
+    check_enough(len(y), num_clients, need)
+    rng = np.random.default_rng(child_seeds(seed, 1)[0])
     parts = np.array_split(rng.permutation(len(y)), groups)
     indices: list[np.ndarray] = []
     for g, (alpha, part) in enumerate(zip(alphas, parts)):
@@ -118,9 +118,9 @@ def mixed_dirichlet_partition(
             raise ValueError(
                 f"mixed-dirichlet: part {g} has {len(part)} examples, fewer than {per_group} clients x {need}"
             )
-        by_class = _class_pools(y, part)
+        by_class = class_pools(y, part)
         counts = _dirichlet_counts(np.array([len(p) for p in by_class]), per_group, alpha, rng, need, balance=True)
-        indices.extend(_materialise(by_class, counts))
+        indices.extend(materialise(by_class, counts))
     return indices
 
 
@@ -203,7 +203,7 @@ def _repair_min_size(counts: np.ndarray, min_size: int) -> np.ndarray:
     return counts
 
 
-def _quota_dirichlet_counts(
+def quota_dirichlet_counts(
     pool_sizes: np.ndarray, num_clients: int, alpha: float, rng: np.random.Generator
 ) -> np.ndarray:
     """Equal quotas, per-client label priors ~ Dirichlet(alpha) (v2 authors' in-session split).

@@ -11,8 +11,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from fedflex.partition.common import _check_enough, _check_labels, _child_seeds, _class_pools, _materialise
-from fedflex.partition.dirichlet import _quota_dirichlet_counts
+from fedflex.partition.common import check_enough, check_labels, child_seeds, class_pools, materialise
+from fedflex.partition.dirichlet import quota_dirichlet_counts
 
 logger = logging.getLogger(__name__)
 
@@ -40,16 +40,16 @@ def label_group_partition(
     """
     y = np.asarray(labels)
     num_classes = int(y.max()) + 1 if num_classes is None and len(y) else int(num_classes or 1)
-    y = _check_labels(y, num_classes)
+    y = check_labels(y, num_classes)
     groups = [sorted({int(c) for c in g}) for g in groups]
     if not any(groups):
         raise ValueError("label-groups needs at least one non-empty label group")
     bad = sorted({c for g in groups for c in g if not 0 <= c < num_classes})
     if bad:
         raise ValueError(f"label_groups name labels {bad} outside 0..{num_classes - 1}")
-    _check_enough(len(y), num_clients, 1)
-    rng = np.random.default_rng(_child_seeds(seed, 1)[0])
-    pools = _class_pools(y, rng.permutation(len(y)), num_classes)
+    check_enough(len(y), num_clients, 1)
+    rng = np.random.default_rng(child_seeds(seed, 1)[0])
+    pools = class_pools(y, rng.permutation(len(y)), num_classes)
     out: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
     holders = {c: [i for i in range(num_clients) if c in groups[i % len(groups)]] for c in range(num_classes)}
     for c, clients in holders.items():
@@ -175,12 +175,12 @@ def label_set_partition(
     """
     y = np.asarray(labels)
     num_classes = int(y.max()) + 1 if num_classes is None and len(y) else int(num_classes or 1)
-    y = _check_labels(y, num_classes)
+    y = check_labels(y, num_classes)
     if num_clients < 1:
         raise ValueError(f"num_clients must be >= 1, got {num_clients}")
-    _check_enough(len(y), num_clients, 1)
-    rng = np.random.default_rng(_child_seeds(seed, 1)[0])
-    pools = _class_pools(y, rng.permutation(len(y)), num_classes)
+    check_enough(len(y), num_clients, 1)
+    rng = np.random.default_rng(child_seeds(seed, 1)[0])
+    pools = class_pools(y, rng.permutation(len(y)), num_classes)
     out: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
     if pattern in _PATTERNS and pattern != "distinct" and num_classes < 2:
         raise ValueError(f"label-sets pattern {pattern!r} needs at least 2 classes")
@@ -291,8 +291,8 @@ def _sessions(
                 f"sessions: label set {allowed} has {total} examples for group {g}, "
                 f"fewer than its {len(members)} clients"
             )
-        counts = _quota_dirichlet_counts(np.array([len(p) for p in group_pools]), len(members), alpha, rng)
-        for i, ix in zip(members, _materialise(group_pools, counts)):
+        counts = quota_dirichlet_counts(np.array([len(p) for p in group_pools]), len(members), alpha, rng)
+        for i, ix in zip(members, materialise(group_pools, counts)):
             out[i].append(ix)
     return groups, sets, session_sets
 

@@ -8,7 +8,7 @@ from typing import Optional
 import numpy as np
 
 from fedflex.config import PartitionConfig
-from fedflex.partition.common import _check_labels, _check_seed
+from fedflex.partition.common import check_labels, check_seed
 from fedflex.partition.dirichlet import dirichlet_partition, mixed_dirichlet_partition
 from fedflex.partition.label_sets import label_group_partition, label_set_partition
 from fedflex.partition.result import Partition
@@ -52,8 +52,8 @@ def make_partition(
         For an unknown scheme, bad labels, or an impossible request (more clients than
         examples, more labels per client than classes, ...).
     """
-    y = _check_labels(labels, num_classes)
-    _check_seed(seed)
+    y = check_labels(labels, num_classes)
+    check_seed(seed)
     if int(num_clients) < 1:
         raise ValueError(f"num_clients must be >= 1, got {num_clients}")
     num_clients = int(num_clients)

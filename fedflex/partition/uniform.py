@@ -9,7 +9,7 @@ import warnings
 
 import numpy as np
 
-from fedflex.partition.common import _check_enough, _child_seeds, _hf_dataset, _load_all
+from fedflex.partition.common import check_enough, child_seeds, hf_dataset, load_all
 
 logger = logging.getLogger(__name__)
 
@@ -21,13 +21,13 @@ def iid_partition(labels: np.ndarray, num_clients: int, seed: int) -> list[np.nd
     permutation of the examples, so 1000 examples over 3 clients give 334/333/333.
     """
     y = np.asarray(labels)
-    _check_enough(len(y), num_clients, 1)
+    check_enough(len(y), num_clients, 1)
     from flwr_datasets.partitioner import IidPartitioner
 
-    perm = np.random.default_rng(_child_seeds(seed, 1)[0]).permutation(len(y))
+    perm = np.random.default_rng(child_seeds(seed, 1)[0]).permutation(len(y))
     partitioner = IidPartitioner(num_partitions=num_clients)
-    partitioner.dataset = _hf_dataset(y, perm)
-    return _load_all(partitioner, num_clients)
+    partitioner.dataset = hf_dataset(y, perm)
+    return load_all(partitioner, num_clients)
 
 
 def shard_partition(labels: np.ndarray, num_clients: int, labels_per_client: int, seed: int) -> list[np.ndarray]:
@@ -42,7 +42,7 @@ def shard_partition(labels: np.ndarray, num_clients: int, labels_per_client: int
     Labels held by no client (``num_clients < C``) stay unassigned (logged).
     """
     y = np.asarray(labels)
-    _check_enough(len(y), num_clients, 1)
+    check_enough(len(y), num_clients, 1)
     present = np.unique(y)
     if not 1 <= labels_per_client <= len(present):
         raise ValueError(
@@ -51,7 +51,7 @@ def shard_partition(labels: np.ndarray, num_clients: int, labels_per_client: int
         )
     from flwr_datasets.partitioner import PathologicalPartitioner
 
-    s_perm, s_flwr = _child_seeds(seed, 2)
+    s_perm, s_flwr = child_seeds(seed, 2)
     perm = np.random.default_rng(s_perm).permutation(len(y))
     partitioner = PathologicalPartitioner(
         num_partitions=num_clients,
@@ -61,10 +61,10 @@ def shard_partition(labels: np.ndarray, num_clients: int, labels_per_client: int
         shuffle=False,
         seed=s_flwr,
     )
-    partitioner.dataset = _hf_dataset(y, perm)
+    partitioner.dataset = hf_dataset(y, perm)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "classes will NOT be used": logged below
-        indices = _load_all(partitioner, num_clients)
+        indices = load_all(partitioner, num_clients)
     used = np.zeros(len(y), dtype=bool)
     for ix in indices:
         used[ix] = True

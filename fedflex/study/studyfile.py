@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fedflex.config import ConfigError
-from fedflex.loader import _read_yaml
+from fedflex.loader import read_yaml
 from fedflex.study.reference import label_parts, merge_references, parse_reference
 from fedflex.study.runs import StudyError
 
@@ -44,7 +44,7 @@ def _flat_overrides(mapping: Any, prefix: str = "") -> list[str]:
 def is_study_file(path: Path) -> bool:
     """Return a study file (a mapping with ``scenario:`` or ``base:``), as opposed to a scenario file."""
     try:
-        data = _read_yaml(Path(path))
+        data = read_yaml(Path(path))
     except ConfigError:
         return False
     return "scenario" in data or "base" in data
@@ -84,7 +84,7 @@ def read_study(path: Path, _within: tuple[Path, ...] = ()) -> dict[str, Any]:
     path = Path(path)
     if path.resolve() in _within:
         raise StudyError(f"{path}: base: a study cannot be its own base")
-    data = _read_yaml(path)
+    data = read_yaml(path)
     unknown = sorted(set(data) - set(STUDY_KEYS))
     if unknown:
         raise StudyError(f"{path}: unknown key {unknown[0]!r}; a study file has: {', '.join(STUDY_KEYS)}")
@@ -156,7 +156,7 @@ def read_reference(path: Path) -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        data = _read_yaml(path)
+        data = read_yaml(path)
     except ConfigError as exc:
         raise StudyError(f"--reference {path}: {exc}") from None
     reference = (

@@ -23,7 +23,7 @@ from fedflex.launch.deploy.processes import (
     LOOPBACK,
     DeployError,
     ManagedProcess,
-    _bindable,
+    bindable,
     check_port_free,
     find_executable,
     free_port,
@@ -412,7 +412,7 @@ class LocalFederation:
         if old is not None and old.alive():
             raise DeployError(f"supernode-{partition_id} is already running (pid {old.pid})")
         port = self.runtime_ports.get(partition_id)
-        if port is None or not _bindable(port):
+        if port is None or not bindable(port):
             port = self.runtime_ports[partition_id] = free_port()
         if self.auth and auth_key is None:
             auth_key = self.key_path(partition_id)
@@ -476,7 +476,7 @@ class LocalFederation:
         if self.superlink is not None:
             self.extra.append(self.superlink)  # its leftovers are still checked and stopped
         assert self.superlink_port is not None
-        if not wait_until(lambda: _bindable(self.superlink_port), 30.0):
+        if not wait_until(lambda: bindable(self.superlink_port), 30.0):
             raise DeployError(f"port {self.superlink_port} still held 30 s after the SuperLink stopped")
         return self.start_superlink()
 

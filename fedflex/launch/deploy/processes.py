@@ -141,7 +141,8 @@ def transport_mismatch(link: Optional[str], node_tls: bool, address: str) -> Opt
     return None
 
 
-def _bindable(port: int) -> bool:
+def bindable(port: int) -> bool:
+    """Whether ``port`` is free to bind on this machine (:func:`check_port_free` without the error)."""
     try:
         check_port_free(port)
         return True
