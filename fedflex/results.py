@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import textwrap
 import threading
 from contextlib import contextmanager
 from datetime import datetime
@@ -380,6 +381,17 @@ def plot_title(summary: dict[str, Any]) -> str:
     return f"{summary.get('scenario', '')}: {names}" if names else str(summary.get("scenario", ""))
 
 
+#: characters per title line at fontsize 9 on a 7-8 inch wide figure
+TITLE_WIDTH = 90
+
+
+def wrap_title(text: str, width: int = TITLE_WIDTH) -> str:
+    """Return ``text`` broken into lines of at most ``width`` characters (a plot title that
+    would otherwise run past both edges of the figure), keeping its own line breaks.
+    """
+    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) or line for line in text.split("\n"))
+
+
 def plot_accuracy(rows: list[dict[str, Any]], path: Path, title: str = "") -> None:
     """Test accuracy per round; dashed lines where a session starts (ticks along the
     bottom when there are more than MAX_SESSION_LINES).
@@ -400,7 +412,7 @@ def plot_accuracy(rows: list[dict[str, Any]], path: Path, title: str = "") -> No
         for i, s in enumerate(starts):
             ax.axvline(s, color="grey", linestyle="--", linewidth=0.8, label="session start" if i == 0 else None)
     if title:
-        ax.set_title(title, fontsize=9)
+        ax.set_title(wrap_title(title), fontsize=9)
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy")
     ax.set_ylim(0, 1)
@@ -430,7 +442,9 @@ def plot_churn(timeline: np.ndarray, rows: list[dict[str, Any]], path: Path, tit
     ax.imshow(img, aspect="auto", interpolation="nearest", extent=(0.5, rounds + 0.5, n - 0.5, -0.5))
     ax.set_xlabel("round")
     ax.set_ylabel("client id")
-    ax.set_title((title + "\n" if title else "") + "churn: online (grey), trained (black), failed (red)", fontsize=9)
+    ax.set_title(
+        wrap_title((title + "\n" if title else "") + "churn: online (grey), trained (black), failed (red)"), fontsize=9
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

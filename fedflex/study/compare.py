@@ -40,6 +40,7 @@ from fedflex.results import (
     smoothed_rounds_to_accuracy,
     summarize,
     sustained_rounds_to_accuracy,
+    wrap_title,
 )
 from fedflex.study import reference as ref
 from fedflex.study.runs import StudyError, flatten, is_execution_key, is_run_dir, read_summary, run_state
@@ -53,6 +54,15 @@ SMOOTH_WINDOW = 13
 SMOOTH_ORDER = 3
 CONFIDENCE = 0.95
 STATS = ("final_accuracy", "best_accuracy", "last10_accuracy", "e_ludd", "wall_s")
+#: the range each figure can take: its interval is clipped to it (a t-interval over 2 seeds
+#: can reach past 1 for an accuracy, below 0 for a time)
+RANGES: dict[str, tuple[Optional[float], Optional[float]]] = {
+    "final_accuracy": (0.0, 1.0),
+    "best_accuracy": (0.0, 1.0),
+    "last10_accuracy": (0.0, 1.0),
+    "e_ludd": (0.0, None),
+    "wall_s": (0.0, None),
+}
 
 
 @dataclasses.dataclass
@@ -249,9 +259,15 @@ def _why_left_out(run: Run, expected: Optional[int]) -> Optional[str]:
 
 
 # ---------------------------------------------------------------------------- figures
-def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> dict[str, Optional[float]]:
-    """Mean, sample std (ddof = 1) and the Student-t interval of the mean; std and the
-    interval are None for fewer than two values, everything None for none.
+def mean_interval(
+    values: Sequence[float],
+    confidence: float = CONFIDENCE,
+    bounds: tuple[Optional[float], Optional[float]] = (None, None),
+) -> dict[str, Optional[float]]:
+    """Mean, sample std (ddof = 1) and the Student-t interval of the mean, clipped to
+    ``bounds`` (the values' possible range: the interval says where the mean may lie, and it
+    cannot lie outside it); std and the interval are None for fewer than two values,
+    everything None for none.
     """
     from scipy import stats
 
@@ -263,7 +279,12 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> di
         return {"mean": mean, "std": None, "ci_low": None, "ci_high": None}
     std = float(x.std(ddof=1))
     half = float(stats.t.ppf((1 + confidence) / 2, x.size - 1)) * std / math.sqrt(x.size)
-    return {"mean": mean, "std": std, "ci_low": mean - half, "ci_high": mean + half}
+    low, high = mean - half, mean + half
+    if bounds[0] is not None:
+        low = max(low, bounds[0])
+    if bounds[1] is not None:
+        high = min(high, bounds[1])
+    return {"mean": mean, "std": std, "ci_low": low, "ci_high": high}
 
 
 def last_fraction_accuracy(rows: Sequence[dict[str, Any]], fraction: float = 0.1) -> Optional[float]:
@@ -350,8 +371,9 @@ def table(
         row: dict[str, Any] = {"group": label, **values, "n": len(runs)}
         row["seeds"] = [r.config.get("seed") for r in runs]
         row["rounds"] = sorted({len(r.rows) for r in runs})
+        row["evaluations"] = sorted({sum(x.get("test_accuracy") is not None for x in r.rows) for r in runs})
         for name in (*STATS, *fields):
-            for stat, value in mean_interval([f[name] for f in per_run]).items():
+            for stat, value in mean_interval([f[name] for f in per_run], bounds=RANGES.get(name, (None, None))).items():
                 row[f"{name}_{stat}"] = value
         if target is not None:
             for name in rounds_names:
@@ -438,10 +460,17 @@ def markdown(
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     lines.append("")
     lines.append(
-        f"Mean ± sample std over the runs (seeds) of each group, [{CONFIDENCE:.0%} Student-t interval of the mean]; "
+        f"Mean ± sample std over the runs (seeds) of each group, [{CONFIDENCE:.0%} Student-t interval of the mean, "
+        "clipped to the figure's range (accuracy 0 to 1, times and e-LUDD from 0)]; "
         "rounds to target: mean ± std and median over the runs that reach it (reached/n)"
         + (f"; held {sustain}: the first round of {sustain} evaluations in a row at or above it." if sustain else ".")
     )
+    short = sorted({n for row in rows for n in row.get("evaluations", []) if n < window})
+    if target is not None and short:
+        lines.append(
+            f"The smoothed column is '-' for runs with fewer evaluated rounds ({', '.join(map(str, short))}) than "
+            f"the smoothing window w={window} (--smooth sets it)."
+        )
     if extra:
         assert reference is not None  # extra columns come from it
         lines.append(f"{', '.join(extra)}: {reference['source'] or 'reference numbers'}, as published (no seeds).")
@@ -490,8 +519,10 @@ def curve(runs: Sequence[Run], metric: str) -> tuple[np.ndarray, np.ndarray, np.
     )
 
 
-def plot(study: Study, metric: str, path: Path) -> None:
-    """One mean curve per group with a min-max band over its runs, ``metric`` per round."""
+def plot(study: Study, metric: str, path: Path, target: Optional[float] = None) -> None:
+    """One mean curve per group with a min-max band over its runs, ``metric`` per round;
+    ``target``: a dotted line at it on the test-accuracy plot.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -507,8 +538,11 @@ def plot(study: Study, metric: str, path: Path) -> None:
         (line,) = ax.plot(rounds, mean, label=f"{name} (n={len(runs)})", marker="." if rounds.size < 40 else None)
         if len(runs) > 1:
             ax.fill_between(rounds, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    if target is not None and metric == "test_accuracy":
+        ax.axhline(target, color="black", linestyle=":", linewidth=1, label=f"target {target:g}")
     names = sorted({str(r.config.get("name")) for _, _, runs in study.groups for r in runs})
-    ax.set_title(f"{', '.join(names)}: {label} per round (line: mean over seeds; band: min-max)", fontsize=9)
+    title = f"{', '.join(names)}: {label} per round (line: mean over seeds; band: min-max)"
+    ax.set_title(wrap_title(title), fontsize=9)
     ax.set_xlabel("round")
     ax.set_ylabel(label)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -565,6 +599,6 @@ def write_comparison(
     write_csv(rows, written[1])
     for metric in wanted:
         png = out / f"{metric}.png"
-        plot(study, metric, png)
+        plot(study, metric, png, target)
         written.append(png)
     return text, written

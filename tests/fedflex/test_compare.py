@@ -347,3 +347,67 @@ def test_a_reference_file_without_reference_is_a_one_line_error(variant_sweep, t
     (tmp_path / "r.yaml").write_text("source: x\n")
     assert main(["compare", str(variant_sweep), "--reference", str(tmp_path / "r.yaml"), "--out", str(tmp_path)]) == 2
     assert "reference: expected source: TEXT and groups:" in capsys.readouterr().err
+
+
+def test_an_interval_is_clipped_to_the_range_its_figure_can_take():
+    from fedflex.study.compare import mean_interval
+
+    # Prepare: two accuracies 0.95, 0.99: mean 0.97, std 0.02 * sqrt(2) = 0.028284,
+    # half = t(0.975, 1) 12.706205 * 0.028284 / sqrt(2) = 0.254124 -> [0.715876, 1.224124]
+    accuracy = mean_interval([0.95, 0.99], bounds=(0.0, 1.0))
+    # two wall times 1 and 9 s: mean 5, std 4 * sqrt(2), half 12.706205 * 4 = 50.8248 -> [-45.82, 55.82]
+    wall = mean_interval([1.0, 9.0], bounds=(0.0, None))
+    # Assert: the side past the range is cut at it, the other side and the mean are kept
+    assert accuracy["ci_low"] == pytest.approx(0.715876, abs=1e-6) and accuracy["ci_high"] == 1.0
+    assert wall["ci_low"] == 0.0 and wall["ci_high"] == pytest.approx(55.8248, abs=1e-4)
+    assert (wall["mean"], mean_interval([1.0, 9.0])["ci_low"]) == pytest.approx((5.0, -45.8248), abs=1e-4)
+
+
+def test_compare_clips_wall_time_at_zero_and_says_so(tmp_path):
+    # Prepare: two seeds whose wall times (1 s, 9 s) give a t-interval reaching below 0
+    for seed, wall in ((0, 1.0), (1, 9.0)):
+        _write_run(tmp_path / f"s{seed}", "uniform", seed, _curve(0.5), wall=wall)
+    # Execute
+    (row,) = compare([tmp_path])
+    text, _ = write_comparison([tmp_path], tmp_path / "cmp")
+    # Assert
+    assert row["wall_s_ci_low"] == 0.0
+    assert "5.0 ± 5.7 [0.0, 55.8]" in text and "clipped to the figure's range" in text
+
+
+def test_the_smoothed_column_says_when_the_window_is_longer_than_the_runs(tmp_path):
+    # Prepare: 5-round runs, the default window 13
+    for seed in (0, 1):
+        _write_run(tmp_path / f"s{seed}", "uniform", seed, [0.1, 0.2, 0.3, 0.4, 0.5], rounds=5)
+    # Execute
+    text, _ = write_comparison([tmp_path], tmp_path / "cmp", target=0.3)
+    long_runs, _ = write_comparison([tmp_path], tmp_path / "cmp3", target=0.3, window=3, order=1)
+    # Assert: the smoothed cell is '-' and a line under the table says why; none with w = 3
+    assert "- (0/2)" in text
+    assert "fewer evaluated rounds (5) than the smoothing window w=13 (--smooth sets it)" in text
+    assert "smoothing window" not in long_runs
+
+
+def test_the_accuracy_plot_draws_the_target_and_wraps_a_long_title(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from fedflex.results import wrap_title
+
+    # Prepare: a scenario name long enough to run past the figure's edges on one line
+    figures = []
+    monkeypatch.setattr(plt, "close", lambda fig: figures.append(fig))
+    name = "hics_fmnist_reproduction_of_the_papers_setting_2_with_churn"
+    for seed in (0, 1):
+        _write_run(tmp_path / f"s{seed}", "uniform", seed, _curve(0.5))
+        config = tmp_path / f"s{seed}" / "config.yaml"
+        config.write_text(config.read_text().replace("name: quickstart", f"name: {name}"))
+    # Execute
+    write_comparison([tmp_path], tmp_path / "cmp", target=0.555)
+    # Assert: a dotted line at 0.555 in the legend; no title line over 90 characters, no word lost
+    ax = figures[0].axes[0]
+    target = [line for line in ax.lines if line.get_label() == "target 0.555"]
+    assert len(target) == 1 and set(target[0].get_ydata()) == {0.555}
+    title = ax.get_title()
+    assert name in title and len(title.splitlines()) > 1
+    assert max(len(line) for line in title.splitlines()) <= 90
+    assert wrap_title("a b\nc", 90) == "a b\nc"
