@@ -25,6 +25,13 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --upgrade pip
 fi
+# One venv serves every checkout that uses it: installing re-points its editable fedflex
+# at this checkout, so say so when it ran another one's code (`fedflex` warns as well
+# when run inside a checkout that is not the one it runs)
+before="$(cd / && "$venv/bin/python" -c 'import fedflex, os; print(os.path.dirname(os.path.dirname(os.path.realpath(fedflex.__file__))))' 2>/dev/null || true)"
+if [ -n "$before" ] && [ "$before" != "$here" ]; then
+  echo "setup: $venv ran the fedflex of $before; it now runs this checkout's ($here)" >&2
+fi
 # torchvision's wheels pin a matching (CUDA-built) torch that also runs on the CPU;
 # pinning the CPU-only torch 2.13 breaks torchvision's operators (see README).
 if [ "${FEDFLEX_NEWEST:-0}" = 1 ]; then

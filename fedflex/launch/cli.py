@@ -58,6 +58,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+import fedflex
 from fedflex.config import ConfigError
 from fedflex.loader import load_scenario
 from fedflex.results import CHECKPOINT_FILE, CONFIG_FILE, SUMMARY_FILE, default_out_dir
@@ -147,6 +148,28 @@ def _log_to_stderr(level: int) -> None:
     root.setLevel(level)
 
 
+def other_checkout(cwd: Path) -> Optional[Path]:
+    """Return the fedflex checkout ``cwd`` is in when the running fedflex is not that
+    checkout's code (one shared venv whose editable install points at another clone), else None.
+    """
+    mine = Path(fedflex.__file__).resolve().parent.parent
+    for folder in (cwd, *cwd.parents):
+        if all((folder / name).exists() for name in ("pyproject.toml", "fedflex/__init__.py", "strategies")):
+            return None if folder.resolve() == mine else folder
+    return None
+
+
+def _warn_other_checkout() -> None:
+    other = other_checkout(Path.cwd())
+    if other is not None:
+        logging.getLogger(__name__).warning(
+            "this fedflex runs the code of %s, not of the checkout you are in (%s): "
+            "`bash scripts/setup.sh` there points the venv at it (FEDFLEX_VENV=DIR gives a checkout its own venv)",
+            Path(fedflex.__file__).resolve().parent.parent,
+            other,
+        )
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line with ``argv`` (default: ``sys.argv``); return the exit status."""
     parser = _parser()
@@ -158,6 +181,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if rest:
         args.overrides = [*args.overrides, *rest]
     _log_to_stderr(logging.INFO if getattr(args, "verbose", False) else logging.WARNING)
+    _warn_other_checkout()
     if args.command == "run":
         return _run(args)
     if args.command == "deploy":

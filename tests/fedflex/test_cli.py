@@ -124,3 +124,24 @@ def test_stop_at_accuracy_ends_after_the_first_round_that_reaches_it(tmp_path, m
     assert summary["rounds"] == first + 1
     assert (stopped / "model.npz").is_file() and (stopped / "checkpoint.npz").is_file()
     assert "stopped_early" not in json.loads((tmp_path / "full" / "summary.json").read_text())
+
+
+def test_a_command_run_inside_another_checkout_says_whose_code_runs(tmp_path, monkeypatch, capsys):
+    # Prepare: a second fedflex checkout (its marker files), and this one
+    other = tmp_path / "clone"
+    (other / "fedflex").mkdir(parents=True)
+    (other / "strategies").mkdir()
+    (other / "fedflex" / "__init__.py").write_text("")
+    (other / "pyproject.toml").write_text("")
+    (other / "scenarios").mkdir()
+    bad = ["run", str(Path(__file__).parents[2] / "scenarios" / "quickstart.yaml"), "rounds=0"]
+    # Execute: a bad override (exit 2 at once) from inside the other checkout, then from this one
+    monkeypatch.chdir(other / "scenarios")
+    assert main(bad) == 2
+    inside_other = capsys.readouterr().err
+    monkeypatch.chdir(Path(__file__).parents[2])
+    assert main(bad) == 2
+    inside_this = capsys.readouterr().err
+    # Assert: the warning names both folders, and only where they differ
+    assert f"runs the code of {Path(__file__).parents[2]}, not of the checkout you are in ({other})" in inside_other
+    assert "not of the checkout you are in" not in inside_this
