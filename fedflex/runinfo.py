@@ -73,15 +73,27 @@ def device_name(client_device: str = "auto") -> str:
     return "cpu"
 
 
-def provenance(client_device: str = "auto") -> dict[str, Any]:
-    """Return what produced a run: versions, the git commit when run from a checkout, the device
-    of this machine (in simulation the clients' too; in a deployment the server's).
+def parse_commit(text: str) -> Optional[dict[str, Any]]:
+    """``"SHA"`` / ``"SHA+dirty"`` (the run config's ``git-commit``) -> :func:`git_commit`'s
+    form; None for an empty text.
+    """
+    text = text.strip()
+    if not text:
+        return None
+    commit, _, flag = text.partition("+")
+    return {"commit": commit, "dirty": flag == "dirty"}
+
+
+def provenance(client_device: str = "auto", git: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """Return what produced a run: versions, the git commit (``git``, else that of the checkout
+    fedflex runs from, if any), the device of this machine (in simulation the clients' too;
+    in a deployment the server's).
     """
     import numpy
     import torch
 
     info: dict[str, Any] = {"fedflex": fedflex.__version__}
-    git = git_commit()
+    git = git if git is not None else git_commit()
     if git is not None:
         info["git_commit"], info["git_dirty"] = git["commit"], git["dirty"]
     info.update(

@@ -68,7 +68,7 @@ from fedflex.results import (  # noqa: F401 - the checkpoint pair, also importab
     unusable_out_dir,
 )
 from fedflex.rundir import RunDirError, RunDirLock
-from fedflex.runinfo import log_outcome, provenance, run_log
+from fedflex.runinfo import log_outcome, parse_commit, provenance, run_log
 from fedflex.strategies.build import build_strategy, check_parts
 from fedflex.strategies.nodes import simulated_node_count
 from fedflex.strategies.parts import ModelInfo
@@ -130,6 +130,7 @@ def run_server(
     wrap_grid: Optional[Callable[[Grid, Callable[[int], Optional[int]]], Grid]] = None,
     recorder: Optional[Any] = None,
     node_keys: Optional[Path] = None,
+    git: Optional[dict] = None,
 ) -> Result:
     """Run the scenario's rounds on ``grid``; write results to ``out_dir`` (if given).
 
@@ -140,13 +141,15 @@ def run_server(
     ``recorder``: where rows, summary and final model go when ``out_dir`` is None
     (:class:`fedflex.results.MemoryRecorder`: the Python API's in-memory run). The run's
     log lines are copied to ``out_dir/run.log`` while it runs.
+    ``git``: the commit to record in the provenance (:func:`fedflex.runinfo.git_commit`'s
+    form) when it is not the checkout this code runs from (a deployment runs the app bundle).
     ``node_keys``: a binding file (:mod:`fedflex.node_keys`): a node serves a client id
     only if it authenticated with the key bound to it.
     """
     action = "resuming" if resume is not None else "starting"
     first_line = f"fedflex {fedflex.__version__}: {action} {cfg.name} (seed {cfg.seed}, {cfg.rounds} rounds)"
     with run_log(out_dir, first_line):
-        return _run_server(grid, cfg, out_dir, data, resume, wrap_grid, recorder, node_keys)
+        return _run_server(grid, cfg, out_dir, data, resume, wrap_grid, recorder, node_keys, git)
 
 
 def _run_server(
@@ -158,6 +161,7 @@ def _run_server(
     wrap_grid: Optional[Callable[[Grid, Callable[[int], Optional[int]]], Grid]],
     recorder: Optional[Any],
     node_keys: Optional[Path],
+    git: Optional[dict],
 ) -> Result:
     clock = RunClock(resume.get("run_wall_s", 0.0) if resume is not None else 0.0)
     if type(grid).__name__ == "InMemoryGrid":
@@ -194,7 +198,7 @@ def _run_server(
             tracking = Tracking(open_trackers(cfg.output.trackers, Path(out_dir), cfg.name), asdict(saved))
     elif cfg.output.trackers:
         logger.warning("output.trackers %s: no results directory, so no tracking", list(cfg.output.trackers))
-    origin = provenance(cfg.client.device) if recorder is not None else None
+    origin = provenance(cfg.client.device, git) if recorder is not None else None
     progress = Progress(cfg.rounds, cfg.output.progress, initial=first_round - 1)
     stops = StopRules(cfg)
     checkpoints = None
@@ -473,6 +477,7 @@ def main(grid: Grid, context: Context) -> None:
     exit_when_orphaned()  # a ServerApp whose SuperLink is gone must not run on
     run_config = context.run_config
     node_keys = Path(str(run_config["node-keys"])) if run_config.get("node-keys") else None
+    git = parse_commit(str(run_config.get("git-commit", "")))  # set by fedflex deploy local
     resume = str(run_config.get("resume", ""))
     if resume:
         resume_point(Path(resume))  # a run directory, before the lock file goes there
@@ -480,13 +485,13 @@ def main(grid: Grid, context: Context) -> None:
             cfg, checkpoint = resume_point(Path(resume))
             logger.info("resuming %s after round %d", resume, checkpoint["round"])
             data, wrap = simulation_cohorts(grid, cfg, run_config)
-            run_server(grid, cfg, Path(resume), data, resume=checkpoint, wrap_grid=wrap, node_keys=node_keys)
+            run_server(grid, cfg, Path(resume), data, resume=checkpoint, wrap_grid=wrap, node_keys=node_keys, git=git)
         return
     cfg = flwr_run_scenario(run_config)
     out = results_dir(run_config, cfg.name)
     with _locked(out, new=True, option="out="), _outcome_logged(out):
         data, wrap = simulation_cohorts(grid, cfg, run_config)
-        run_server(grid, cfg, out, data, wrap_grid=wrap, node_keys=node_keys)
+        run_server(grid, cfg, out, data, wrap_grid=wrap, node_keys=node_keys, git=git)
 
 
 def simulation_cohorts(

@@ -76,6 +76,8 @@ def test_node_config_and_run_config_strings():
     )
     with pytest.raises(DeployError):
         node_config(0, 1, "/path with space")
+    # the checkout's commit travels to the ServerApp, which runs from the app bundle
+    assert run_config("", resume="/o", git={"commit": "abc", "dirty": True}) == 'resume="/o" git-commit="abc+dirty"'
 
 
 def test_auth_without_tls_is_refused():

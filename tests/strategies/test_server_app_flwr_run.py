@@ -260,11 +260,12 @@ def test_a_flwr_runs_run_log_ends_with_how_it_ended_and_its_resume_continues_the
     out = tmp_path / "run"
     overrides = "num_clients=4 rounds=2 dataset.samples_per_client=40 strategy.sampler.clients_per_round=4"
     first = {"scenario": "scenarios/quickstart.yaml", "overrides": overrides, "out": str(out)}
+    first["git-commit"] = "0123abcd+dirty"  # what fedflex deploy local passes: the app bundle has no .git
     _flwr_run(LocalGrid(client_app, 4), first)
     # Execute: the run extended to 3 rounds in its config.yaml, then resumed with resume=
     config = out / "config.yaml"
     config.write_text(config.read_text().replace("rounds: 2", "rounds: 3", 1))
-    _flwr_run(LocalGrid(client_app, 4), {"resume": str(out)})
+    _flwr_run(LocalGrid(client_app, 4), {"resume": str(out), "git-commit": "0123abcd+dirty"})
     # Assert: starting, its end, resuming, its end: in order, one line each
     lines = (out / "run.log").read_text().splitlines()
     ends = [line for line in lines if "completed after round" in line or ": starting " in line or ": resuming " in line]
@@ -274,6 +275,9 @@ def test_a_flwr_runs_run_log_ends_with_how_it_ended_and_its_resume_continues_the
         f"fedflex {__import__('fedflex').__version__}: resuming quickstart (seed 0, 3 rounds)",
         f"completed after round 3; results: {out}",
     ]
+    # and the run records the commit it was given, not the one of the folder it runs from
+    provenance = json.loads((out / "summary.json").read_text())["provenance"]
+    assert (provenance["git_commit"], provenance["git_dirty"]) == ("0123abcd", True)
 
 
 def _simulation_grid(num_nodes: int):

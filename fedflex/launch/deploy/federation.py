@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from fedflex.launch.deploy.certs import REPO_ROOT, TlsFiles
 from fedflex.launch.deploy.processes import (
@@ -36,6 +36,7 @@ from fedflex.launch.deploy.processes import (
 )
 from fedflex.node_keys import KeyBindingError, write_binding
 from fedflex.results import SUMMARY_FILE
+from fedflex.runinfo import git_commit
 
 logger = logging.getLogger(__name__)
 
@@ -57,12 +58,18 @@ def node_config(partition_id: int, num_partitions: int, data_path: Optional[str]
 
 
 def run_config(
-    scenario: str, overrides: Sequence[str] = (), out: str = "", resume: str = "", node_keys: str = ""
+    scenario: str,
+    overrides: Sequence[str] = (),
+    out: str = "",
+    resume: str = "",
+    node_keys: str = "",
+    git: Optional[dict[str, Any]] = None,
 ) -> str:
     """Return the ``--run-config`` string for fedflex's ServerApp (``scenario``, ``overrides``,
     ``out``; or ``resume``: a results directory whose run continues from its checkpoint;
     ``node_keys``: a binding file of partition ids to node keys, see
-    :mod:`fedflex.node_keys`).
+    :mod:`fedflex.node_keys`; ``git``: the app checkout's commit, :func:`fedflex.runinfo.git_commit`,
+    which the ServerApp, running from the app bundle, cannot read itself).
     """
     if resume:
         values = {"resume": resume}
@@ -70,6 +77,8 @@ def run_config(
         values = {"scenario": scenario, "overrides": " ".join(shlex.quote(o) for o in overrides), "out": out}
     if node_keys:
         values["node-keys"] = node_keys
+    if git is not None:
+        values["git-commit"] = git["commit"] + ("+dirty" if git["dirty"] else "")
     for key, value in values.items():
         if '"' in value:
             raise DeployError(f"{key} {value!r}: double quotes cannot pass through flwr's --run-config")
@@ -510,11 +519,16 @@ class LocalFederation:
         there from its checkpoint); returns the run id (the run goes on in the SuperLink).
         """
         keys = str(self.node_keys) if self.node_keys else ""
+        git = git_commit(self.app_dir)
         if resume is not None:
-            config = run_config("", resume=str(Path(resume).resolve()), node_keys=keys)
+            config = run_config("", resume=str(Path(resume).resolve()), node_keys=keys, git=git)
         else:
             config = run_config(
-                str(Path(scenario).resolve()), overrides, str(Path(out).resolve()) if out else "", node_keys=keys
+                str(Path(scenario).resolve()),
+                overrides,
+                str(Path(out).resolve()) if out else "",
+                node_keys=keys,
+                git=git,
             )
         fab_paths(self.app_dir)  # a file the FAB cannot carry fails here, not in the SuperLink
         done = self.flwr("run", str(self.app_dir), CONNECTION, "--format", "json", "--run-config", config)
