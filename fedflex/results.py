@@ -235,7 +235,7 @@ def summarize(rows: list[dict[str, Any]], extra: Optional[dict[str, Any]] = None
     extra_rounds = sum(1 for r in rows if r.get("phase", "train") != "train")
     # error replies of every round (a node gone, a ClientApp that raised): round, client, node, reason
     failures = [{"round": r["round"], **f} for r in rows for f in r.get("node_failures", [])]
-    rows = [r for r in rows if r.get("phase", "train") == "train"]
+    rows_all, rows = rows, [r for r in rows if r.get("phase", "train") == "train"]
     evaluated = [r for r in rows if r.get("test_accuracy") is not None]
     summary: dict[str, Any] = {
         "rounds": len(rows),
@@ -250,6 +250,11 @@ def summarize(rows: list[dict[str, Any]], extra: Optional[dict[str, Any]] = None
         "mean_online": float(np.mean([len(r["online"]) for r in rows])) if rows else 0.0,
         "node_failures": failures,
     }
+    # cost: the bytes of every row (extra rounds' included), where the rows count them
+    every = [r for r in rows_all if "bytes_down" in r]
+    if every:
+        summary["bytes_down"] = sum(int(r["bytes_down"]) for r in every)
+        summary["bytes_up"] = sum(int(r["bytes_up"]) for r in every)
     # e-LUDD (FedAWARE paper): mean e-LUD over the train rounds that have one
     lud = [r["e_lud"] for r in rows if r.get("phase", "train") == "train" and r.get("e_lud") is not None]
     if lud:

@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-TIMING = {"wall_s", "aware_solve_s"}  # wall-clock figures differ from run to run
+TIMING = {"wall_s", "aware_solve_s", "sample_s", "train_s", "aggregate_s", "evaluate_s"}  # wall-clock figures
 
 
 def rows(run: Path) -> list[dict]:

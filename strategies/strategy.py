@@ -428,21 +428,25 @@ class FedFlex(FedAvg):
         t0 = time.perf_counter()
         # 1. who is online; 2. a new session? (the initializer may replace the model)
         record = self._begin(server_round, grid)
+        clock = _PhaseClock(record, t0)
         if not record.skipped:
-            # 3. who trains; 4. their messages (model, parts' payloads and config)
+            # 3. who trains (a sampler's probes included); 4. their messages
             online = np.asarray(record.online, dtype=np.int64)
             sampled = self.sampler.sample(server_round, online, self._per_round(len(online)))
             record.sampled = sampled.tolist()
             messages = self._train_messages(server_round, self._global_record(), sampled)
             self._log_lr(server_round, record)
+            clock.lap("sample_s")
             # 5. local training
             replies = list(grid.send_and_receive(messages, timeout=self._timeout))
+            clock.lap("train_s")
             # 6. check the replies, aggregate
             new = self._aggregate(server_round, replies, record, _destinations(messages))
             if new is not None:
                 self.global_arrays = new
         # 7. the initializer sees the round's model; 8. evaluate it
         self.initializer.on_round_end(server_round, record.session, self.global_arrays)
+        clock.lap("aggregate_s")
         if evaluate_fn is not None:
             res: Optional[Mapping[str, Any]] = evaluate_fn(record, self._global_record())
             if res is not None:
@@ -450,6 +454,7 @@ class FedFlex(FedAvg):
                 record.test_loss = float(res["test-loss"])
                 if "online-accuracy" in res:
                     record.extra["online_accuracy"] = float(res["online-accuracy"])
+        clock.lap("evaluate_s")
         record.wall_s = time.perf_counter() - t0
         return record
 
@@ -1007,6 +1012,24 @@ class FedFlex(FedAvg):
         result.arrays = self._global_record()
         self._grid, self._observers = None, ()
         return result
+
+
+class _PhaseClock:
+    """The seconds of a round's phases, into its row: ``sample_s`` (the online set, a new
+    session's start, sampling with its probes, the messages), ``train_s`` (sending them and
+    waiting for the replies), ``aggregate_s`` (checking the replies, aggregating, the
+    initializer's round end) and ``evaluate_s``. A skipped round has no ``sample_s`` and
+    ``train_s``: its ``aggregate_s`` holds the online set and the session check.
+    """
+
+    def __init__(self, record: RoundRecord, start: float) -> None:
+        self.record = record
+        self.last = start
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.record.extra[name] = round(now - self.last, 4)
+        self.last = now
 
 
 def _destinations(messages: list[Message]) -> dict[str, int]:

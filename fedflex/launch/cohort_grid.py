@@ -35,6 +35,7 @@ from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from fedflex import keys
+from fedflex.launch.grid_wrapper import GridWrapper
 from fedflex.messages import client_record, error_reply, state_record
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def split_chunks(items: list, parts: int) -> list[list]:
     return out
 
 
-class CohortGrid(Grid):
+class CohortGrid(GridWrapper):
     """A Grid that packs each round's train messages into ``workers`` cohort messages.
 
     Parameters
@@ -84,41 +85,12 @@ class CohortGrid(Grid):
         vectorize: str = "auto",
         cohort_size: int = 0,
     ) -> None:
-        self.grid = grid
+        super().__init__(grid)
         self.client_of = client_of
         self.workers = max(1, int(workers))
         self.vectorize = vectorize
         self.cohort_size = cohort_size
         self.states: dict[int, RecordDict] = {}  # client id -> its node state
-
-    # ------------------------------------------------------------------ pass-through
-    def __getattr__(self, name):  # e.g. pull_interval of Flower's InMemoryGrid
-        return getattr(self.grid, name)
-
-    def set_run(self, run) -> None:
-        """Set the run this grid's messages belong to (Flower's Grid interface)."""
-        self.grid.set_run(run)
-
-    @property
-    def run(self):
-        """Return the run set by :meth:`set_run` (Flower's Grid interface)."""
-        return self.grid.run
-
-    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None) -> Message:
-        """Create a message to ``dst_node_id`` (Flower's Grid interface)."""
-        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
-
-    def get_node_ids(self) -> Iterable[int]:
-        """Return the ids of the connected nodes (Flower's Grid interface)."""
-        return self.grid.get_node_ids()
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        """Send messages; return their ids (Flower's Grid interface)."""
-        return self.grid.push_messages(messages)
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        """Return the replies that arrived to ``message_ids`` (Flower's Grid interface)."""
-        return self.grid.pull_messages(message_ids)
 
     # ------------------------------------------------------------------ cohorts
     def send_and_receive(self, messages: Iterable[Message], *, timeout: Optional[float] = None) -> Iterable[Message]:

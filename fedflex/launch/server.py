@@ -36,6 +36,7 @@ from fedflex.arrays import numpy_to_record
 from fedflex.churn import make_availability
 from fedflex.config import ConfigError, ScenarioConfig
 from fedflex.data import FederatedData, load_dataset
+from fedflex.launch.metered_grid import CostMeter, MeteredGrid
 from fedflex.launch.observers import (
     Checkpointer,
     RowWriter,
@@ -72,7 +73,7 @@ from fedflex.runinfo import log_outcome, parse_commit, provenance, run_log
 from fedflex.strategies.build import build_strategy, check_parts
 from fedflex.strategies.nodes import simulated_node_count
 from fedflex.strategies.parts import ModelInfo
-from fedflex.strategies.strategy import RunFailedError
+from fedflex.strategies.strategy import RoundObserver, RunFailedError
 from fedflex.taskspec import TaskSpec
 from fedflex.tracking import open_trackers
 
@@ -219,12 +220,14 @@ def _run_server(
         strategy.nodes.wait_for(grid, wait_n, cfg.deployment.wait_timeout, poll=0.05 if simulated else 1.0)
     if wrap_grid is not None:
         grid = wrap_grid(grid, strategy.nodes.client_of)
+    metered = MeteredGrid(grid)  # outside the cohorts: the bytes each client is sent and returns
     rows = recorder.rows if recorder is not None else []
     # the rows are needed to tell whether any round trained: kept here when no recorder keeps them
-    observers = [RowWriter(recorder, progress, rows=rows if recorder is None else None), tracking, checkpoints, stops]
+    row_writer = RowWriter(recorder, progress, rows=rows if recorder is None else None)
+    observers: list[Optional[RoundObserver]] = [CostMeter(metered), row_writer, tracking, checkpoints, stops]
     try:
         result = strategy.run_rounds(
-            grid,
+            metered,
             initial,
             num_rounds=cfg.rounds,
             timeout=cfg.deployment.round_timeout or cfg.simulation.timeout,

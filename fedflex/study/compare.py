@@ -53,7 +53,7 @@ CSV_FILE = "compare.csv"
 SMOOTH_WINDOW = 13
 SMOOTH_ORDER = 3
 CONFIDENCE = 0.95
-STATS = ("final_accuracy", "best_accuracy", "last10_accuracy", "e_ludd", "wall_s")
+STATS = ("final_accuracy", "best_accuracy", "last10_accuracy", "e_ludd", "wall_s", "mb_total")
 #: the range each figure can take: its interval is clipped to it (a t-interval over 2 seeds
 #: can reach past 1 for an accuracy, below 0 for a time)
 RANGES: dict[str, tuple[Optional[float], Optional[float]]] = {
@@ -62,6 +62,7 @@ RANGES: dict[str, tuple[Optional[float], Optional[float]]] = {
     "last10_accuracy": (0.0, 1.0),
     "e_ludd": (0.0, None),
     "wall_s": (0.0, None),
+    "mb_total": (0.0, None),
 }
 
 
@@ -315,6 +316,22 @@ def summary_value(summary: Optional[dict[str, Any]], path: str) -> Optional[floa
     return None
 
 
+def megabytes_to_accuracy(rows: Sequence[dict[str, Any]], target: float) -> Optional[float]:
+    """Megabytes (10^6 bytes, down and up, every row's messages) sent until the first train
+    round whose test accuracy reaches ``target``; None when it is never reached or the rows
+    count no bytes (runs from before the cost accounting).
+    """
+    total = 0
+    for row in rows:
+        if "bytes_down" not in row:
+            return None
+        total += int(row["bytes_down"]) + int(row["bytes_up"])
+        accuracy = row.get("test_accuracy")
+        if row.get("phase", "train") == "train" and accuracy is not None and accuracy >= target:
+            return total / 1e6
+    return None
+
+
 def run_figures(
     run: Run,
     target: Optional[float],
@@ -334,8 +351,10 @@ def run_figures(
         "last10_accuracy": last_fraction_accuracy(run.rows),
         "e_ludd": headline.get("e_ludd"),
         "wall_s": float(wall) if wall is not None else headline["total_wall_s"],
+        "mb_total": (headline["bytes_down"] + headline["bytes_up"]) / 1e6 if "bytes_down" in headline else None,
     }
     if target is not None:
+        figures["mb_to_target"] = megabytes_to_accuracy(run.rows, target)
         figures["rounds_to_target"] = rounds_to_accuracy(run.rows, target)
         figures["rounds_to_target_smoothed"] = smoothed_rounds_to_accuracy(
             run.rows, target, window, order, final_only=run.stopped_early or run.state != "completed"
@@ -363,7 +382,7 @@ def table(
     ``reference``: its columns for the group.
     """
     out = []
-    rounds_names = ["rounds_to_target", "rounds_to_target_smoothed"] + (
+    rounds_names = ["rounds_to_target", "rounds_to_target_smoothed", "mb_to_target"] + (
         ["rounds_to_target_sustained"] if sustain else []
     )
     for label, values, runs in study.groups:
@@ -417,12 +436,12 @@ def _cell(row: dict[str, Any], name: str, digits: int = 4) -> str:
     return text
 
 
-def _rounds_cell(row: dict[str, Any], name: str) -> str:
+def _rounds_cell(row: dict[str, Any], name: str, digits: int = 1) -> str:
     reached = row[f"{name}_reached"]
     if not reached:
         return f"- (0/{row['n']})"
     std = row[f"{name}_std"]
-    mean = f"{row[f'{name}_mean']:.1f}" + (f" ± {std:.1f}" if std is not None else "")
+    mean = f"{row[f'{name}_mean']:.{digits}f}" + (f" ± {std:.{digits}f}" if std is not None else "")
     return mean + f", median {row[f'{name}_median']:g} ({reached}/{row['n']})"
 
 
@@ -444,7 +463,8 @@ def markdown(
     if target is not None:
         head += [f"rounds to {target:g}", f"rounds to {target:g} (smoothed, w={window})"]
         head += [f"rounds to {target:g} (held {sustain})"] if sustain else []
-    head += ["e-LUDD", "wall s", *fields]
+    head += [f"MB to {target:g}"] if target is not None else []
+    head += ["e-LUDD", "wall s", "MB sent", *fields]
     extra = ref.columns(reference) if reference else []
     head += extra
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -454,7 +474,8 @@ def markdown(
         if target is not None:
             cells += [_rounds_cell(row, "rounds_to_target"), _rounds_cell(row, "rounds_to_target_smoothed")]
             cells += [_rounds_cell(row, "rounds_to_target_sustained")] if sustain else []
-        cells += [_cell(row, "e_ludd"), _cell(row, "wall_s", 1)]
+            cells += [_rounds_cell(row, "mb_to_target", 2)]
+        cells += [_cell(row, "e_ludd"), _cell(row, "wall_s", 1), _cell(row, "mb_total", 2)]
         cells += [_cell(row, name) for name in fields]
         cells += [_reference_cell(row.get("reference", {}).get(c)) for c in extra]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
@@ -462,7 +483,8 @@ def markdown(
     lines.append(
         f"Mean ± sample std over the runs (seeds) of each group, [{CONFIDENCE:.0%} Student-t interval of the mean, "
         "clipped to the figure's range (accuracy 0 to 1, times and e-LUDD from 0)]; "
-        "rounds to target: mean ± std and median over the runs that reach it (reached/n)"
+        "rounds (and MB: 10^6 bytes of messages, down and up) to target: mean ± std and median over the runs "
+        "that reach it (reached/n)"
         + (f"; held {sustain}: the first round of {sustain} evaluations in a row at or above it." if sustain else ".")
     )
     short = sorted({n for row in rows for n in row.get("evaluations", []) if n < window})

@@ -334,7 +334,7 @@ def test_reference_numbers_join_the_groups_they_name(variant_sweep, tmp_path, ca
     out = capsys.readouterr().out
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].endswith("| wall s | paper acc | paper rounds |")
+    assert lines[0].endswith("| wall s | MB sent | paper acc | paper rounds |")
     assert lines[2].startswith("| method=fast | 2 |") and lines[2].endswith("| 0.7 | - |")
     assert lines[3].startswith("| method=slow | 2 |") and lines[3].endswith("| 0.4 | 12 |")
     assert "paper acc, paper rounds: Table 9 of a paper, as published (no seeds)." in out
@@ -411,3 +411,22 @@ def test_the_accuracy_plot_draws_the_target_and_wraps_a_long_title(tmp_path, mon
     assert name in title and len(title.splitlines()) > 1
     assert max(len(line) for line in title.splitlines()) <= 90
     assert wrap_title("a b\nc", 90) == "a b\nc"
+
+
+def test_megabytes_to_target_and_sent_come_from_the_rows_bytes(tmp_path):
+    # Prepare: 1 MB a round (0.5 MB down, 0.5 MB up); c = 0.5 and 0.6 reach 0.555 in rounds 6 and 1
+    for seed, c in ((0, 0.5), (1, 0.6)):
+        _write_run(tmp_path / f"s{seed}", "uniform", seed, _curve(c))
+        metrics = tmp_path / f"s{seed}" / "metrics.jsonl"
+        rows = [
+            {**json.loads(line), "bytes_down": 500_000, "bytes_up": 500_000}
+            for line in metrics.read_text().splitlines()
+        ]
+        metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # Execute
+    (row,) = compare([tmp_path], target=0.555)
+    text, _ = write_comparison([tmp_path], tmp_path / "cmp", target=0.555)
+    # Assert: 6 and 1 MB to the target (mean 3.5, median 3.5); 20 MB sent by each run
+    assert (row["mb_to_target_mean"], row["mb_to_target_median"], row["mb_to_target_reached"]) == (3.5, 3.5, 2)
+    assert (row["mb_total_mean"], row["mb_total_std"]) == (20.0, 0.0)
+    assert "| MB to 0.555 |" in text and "3.50 ± 3.54, median 3.5 (2/2)" in text
