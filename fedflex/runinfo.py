@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import platform
 import subprocess
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -23,6 +25,44 @@ RUN_LOG = "run.log"
 RUN_LOGGERS = ("fedflex", "flwr")  # fedflex.strategies and fedflex.clients included
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 GIT_TIMEOUT_S = 3.0
+
+
+#: ``time.perf_counter()`` when the running ``fedflex`` command started (:func:`command_clock`)
+_command_start: Optional[float] = None
+
+
+def process_age() -> float:
+    """Return the seconds since this process started (Linux ``/proc``; 0 where unknown)."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            start_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime", encoding="ascii") as fh:
+            uptime = float(fh.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+@contextlib.contextmanager
+def command_clock(from_process_start: bool = False) -> Iterator[None]:
+    """Start the run clock of a ``fedflex`` command, for the block: now, or with
+    ``from_process_start`` when the process started (the ``fedflex`` executable: the
+    interpreter and its imports count too). The command's imports of torch and Flower,
+    the data load and a Ray start then count in ``run_wall_s``. The CLI wraps each command
+    in it; without a command (the Python API, ``flwr run``'s ServerApp) the clock
+    (:class:`fedflex.launch.observers.RunClock`) starts with the run.
+    """
+    global _command_start
+    _command_start = time.perf_counter() - (process_age() if from_process_start else 0.0)
+    try:
+        yield
+    finally:
+        _command_start = None
+
+
+def command_start() -> Optional[float]:
+    """Return when the running ``fedflex`` command started, or None outside one."""
+    return _command_start
 
 
 def checkout() -> Optional[Path]:

@@ -63,7 +63,7 @@ from fedflex.config import ConfigError
 from fedflex.loader import load_scenario
 from fedflex.results import CHECKPOINT_FILE, CONFIG_FILE, SUMMARY_FILE, default_out_dir
 from fedflex.rundir import RunDirError, RunDirLock
-from fedflex.runinfo import log_outcome
+from fedflex.runinfo import command_clock, log_outcome
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -172,6 +172,13 @@ def _warn_other_checkout() -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line with ``argv`` (default: ``sys.argv``); return the exit status."""
+    # run_wall_s counts the command's start-up too; from the process's start when this is
+    # the `fedflex` executable (argv None), not a call from a running program
+    with command_clock(from_process_start=argv is None):
+        return _command(argv)
+
+
+def _command(argv: Optional[Sequence[str]]) -> int:
     parser = _parser()
     args, rest = parser.parse_known_args(argv)  # overrides may also follow --out
     unknown = [r for r in rest if r.startswith("-")]

@@ -31,17 +31,21 @@ from fedflex.config import ScenarioConfig
 from fedflex.data import ArrayDataset
 from fedflex.evaluation import evaluate
 from fedflex.results import rounds_to_accuracy, smoothed_rounds_to_accuracy
+from fedflex.runinfo import command_start
 from fedflex.tracking import Tracker, flatten, numeric, row_scalars
 
 logger = logging.getLogger(__name__)
 
 
 class RunClock:
-    """Seconds since this process started the run, plus those of earlier runs it resumes."""
+    """Seconds this invocation has spent on the run (from the ``fedflex`` command's start,
+    else from the run's), plus those of the earlier invocations it resumes.
+    """
 
     def __init__(self, previous: float = 0.0) -> None:
         self.previous = float(previous)
-        self.t0 = time.perf_counter()
+        start = command_start()
+        self.t0 = start if start is not None else time.perf_counter()
 
     def total(self) -> float:
         """Return the seconds the run has taken, earlier sessions of a resumed run included."""

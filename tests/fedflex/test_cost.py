@@ -97,3 +97,30 @@ def test_each_round_has_the_seconds_of_its_phases(runs):
         phases = [row[k] for k in ("sample_s", "train_s", "aggregate_s", "evaluate_s")]
         assert all(p >= 0 for p in phases)
         assert sum(phases) <= row["wall_s"] + 1e-3  # the phases are laps of the round's clock
+
+
+def test_run_wall_time_counts_from_the_commands_start(tmp_path, monkeypatch):
+    import time
+
+    from fedflex import runinfo
+
+    # Prepare: a command that started 100 s ago (its imports, data load, a Ray start)
+    monkeypatch.setattr(runinfo, "_command_start", time.perf_counter() - 100.0)
+    # Execute
+    commanded = fedflex.run(QUICKSTART, [*TINY, "output.progress=off"], out=tmp_path / "a")
+    monkeypatch.setattr(runinfo, "_command_start", None)  # the Python API: no command
+    called = fedflex.run(QUICKSTART, [*TINY, "output.progress=off"], out=tmp_path / "b")
+    # Assert: the command's 100 s count; the API's clock starts with the run
+    assert commanded.summary["run_wall_s"] >= 100.0
+    assert called.summary["run_wall_s"] < 100.0
+
+
+def test_a_processs_age_counts_from_its_start():
+    import subprocess
+    import sys
+
+    # Execute: a process that sleeps 0.5 s before it asks
+    code = "import time; time.sleep(0.5); from fedflex.runinfo import process_age; print(process_age())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    # Assert: at least the sleep (clock ticks are 10 ms), not the test session's age
+    assert 0.49 <= float(out.stdout) < 60
