@@ -812,6 +812,16 @@ class EvaluationConfig:
     round whose replies were all rejected for NaN / Inf values, or whose global model or
     test loss is not finite; the rows, plots and model up to that round are kept. False:
     run on (a round without usable replies keeps the model).
+
+    ``per_class`` (default on): each evaluated row gets ``class_accuracy`` (the test
+    accuracy of each class) and ``worst_class_accuracy``; summary.json the final round's
+    confusion matrix; the run directory ``confusion.png``. ``per_client``: ``off``
+    (default: a row would hold a value per client), ``online`` or ``all``: each such
+    client's accuracy on its own test split, ``client_test_size`` test examples drawn
+    once (seeded) in its training labels' proportions (the test set has no per-client
+    split of its own), from the same forward pass: rows get ``client_accuracy`` ([client,
+    accuracy] pairs) and its mean, std, and the mean of the worst and of the best 10%
+    of those clients (:mod:`fedflex.evaluation`).
     """
 
     every: int = 1
@@ -822,10 +832,15 @@ class EvaluationConfig:
     stop_smoothing: int = 0
     stop_smoothing_order: int = 3
     stop_on_divergence: bool = True
+    per_class: bool = True
+    per_client: str = "off"
+    client_test_size: int = 200
 
     def validate(self, path: str) -> None:
         """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
         _num(path, "every", self.every, ge=1)
+        _choice(path, "per_client", self.per_client, ("off", "online", "all"))
+        _num(path, "client_test_size", self.client_test_size, ge=1)
         _num(path, "stop_at_accuracy", self.stop_at_accuracy, ge=0, le=1)
         _num(path, "stop_smoothing", self.stop_smoothing, ge=0)
         if self.stop_smoothing and self.stop_smoothing % 2 == 0:

@@ -29,6 +29,7 @@ from fedflex.rundir import (  # noqa: F401 - the run directory's file names, als
     CHECKPOINT_FILE,
     CHURN_PLOT,
     CONFIG_FILE,
+    CONFUSION_PLOT,
     LEGACY_CHECKPOINT_FILE,
     METRICS_FILE,
     MODEL_FILE,
@@ -147,6 +148,8 @@ class RunRecorder:
                 plot_accuracy(self.rows, self.out_dir / ACCURACY_PLOT, title)
                 if timeline is not None:
                     plot_churn(timeline, self.rows, self.out_dir / CHURN_PLOT, title)
+                if summary.get("confusion_matrix"):
+                    plot_confusion(np.asarray(summary["confusion_matrix"]), self.out_dir / CONFUSION_PLOT, title)
             except Exception:  # a plot must never cost the results
                 logger.exception("plotting failed; the JSON results are complete")
 
@@ -424,6 +427,38 @@ def plot_accuracy(rows: list[dict[str, Any]], path: Path, title: str = "") -> No
     ax.grid(alpha=0.3)
     if pts or starts:
         ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_confusion(matrix: np.ndarray, path: Path, title: str = "") -> None:
+    """Draw the last evaluated round's confusion matrix as each true class's shares (rows sum to 1)."""
+    plt = _pyplot()
+    totals = matrix.sum(axis=1, keepdims=True)
+    shares = np.divide(matrix, totals, out=np.zeros(matrix.shape, dtype=np.float64), where=totals > 0)
+    n = len(matrix)
+    width = max(5.5, min(12, n * 0.45))
+    fig, ax = plt.subplots(figsize=(width, max(4.5, min(11, n * 0.4))))
+    image = ax.imshow(shares, cmap="Blues", vmin=0, vmax=1)
+    if n <= 20:
+        for t in range(n):
+            for p in range(n):
+                if matrix[t, p]:
+                    ax.text(
+                        p,
+                        t,
+                        f"{shares[t, p]:.2f}",
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        color="white" if shares[t, p] > 0.5 else "black",
+                    )
+    ax.set_xlabel("predicted class")
+    ax.set_ylabel("true class")
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="share of the true class")
+    text = (title + "\n" if title else "") + "confusion matrix, last evaluated round"
+    ax.set_title(wrap_title(text, int(width * 10)), fontsize=9)  # about 10 characters an inch at 9 pt
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -25,6 +25,7 @@ SUMMARY_FILE = "summary.json"
 MODEL_FILE = "model.npz"
 ACCURACY_PLOT = "accuracy.png"
 CHURN_PLOT = "churn.png"
+CONFUSION_PLOT = "confusion.png"
 CHECKPOINT_FILE = "checkpoint.npz"  # save_checkpoint / load_checkpoint
 TRACE_FILE = "trace.csv"  # a churn trace, copied into the run directory
 LEGACY_CHECKPOINT_FILE = "checkpoint.pkl"  # a pickle (fedflex before issue 26): never loaded

@@ -18,6 +18,7 @@ every round, then each observer's ``after_round(record, arrays) -> stop``
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any, Callable, Optional
 
@@ -29,7 +30,7 @@ from fedflex import interrupts
 from fedflex.arrays import record_to_numpy
 from fedflex.config import ScenarioConfig
 from fedflex.data import ArrayDataset
-from fedflex.evaluation import evaluate
+from fedflex.evaluation import class_accuracy, client_accuracy_stats, client_test_rows, confusion_matrix, predict
 from fedflex.results import rounds_to_accuracy, smoothed_rounds_to_accuracy
 from fedflex.runinfo import command_start
 from fedflex.tracking import Tracker, flatten, numeric, row_scalars
@@ -72,29 +73,56 @@ class OnlineLabelRows:
 
 class TestSetEvaluation:
     """``evaluate_fn``: test loss and accuracy every ``evaluation.every`` rounds and after
-    the last one; ``online-accuracy`` too with ``evaluation.online_labels``.
+    the last one; ``online-accuracy`` too with ``evaluation.online_labels``; per class and
+    per client as ``evaluation.per_class`` / ``per_client`` say, into the round's record
+    (:class:`fedflex.config.EvaluationConfig`), from the same forward pass.
+
+    ``label_counts``: each client's training examples per label (for ``per_client``).
     """
 
     def __init__(
-        self, cfg: ScenarioConfig, model: torch.nn.Module, test: ArrayDataset, client_labels: list[frozenset[int]]
+        self,
+        cfg: ScenarioConfig,
+        model: torch.nn.Module,
+        test: ArrayDataset,
+        client_labels: list[frozenset[int]],
+        label_counts: Optional[list[np.ndarray]] = None,
     ) -> None:
         self.model, self.test = model, test
         self.every, self.last = cfg.evaluation.every, cfg.rounds
         self.batch_size, self.loss = cfg.evaluation.batch_size, cfg.model.loss
         self.online_rows = OnlineLabelRows(test.y, client_labels) if cfg.evaluation.online_labels else None
+        self.per_class, self.per_client = cfg.evaluation.per_class, cfg.evaluation.per_client
+        self.client_rows: list[np.ndarray] = []
+        if self.per_client != "off" and label_counts is not None:
+            size = cfg.evaluation.client_test_size
+            self.client_rows = client_test_rows(test.y.cpu().numpy(), label_counts, size, cfg.seed)
+        self.confusion: Optional[np.ndarray] = None  # the last evaluated round's (summary.json)
 
     def __call__(self, record, arrays: ArrayRecord) -> Optional[MetricRecord]:
         """Evaluate ``arrays`` on the test set when this round is due; return the metrics or None."""
         if record.round % self.every and record.round != self.last:
             return None
         self.model.load_state_dict(arrays.to_torch_state_dict())
-        loss, acc, _ = evaluate(self.model, self.test, batch_size=self.batch_size, loss=self.loss)
-        metrics = MetricRecord({"test-loss": loss, "test-accuracy": acc})
+        loss_sum, predicted, labels = predict(self.model, self.test, batch_size=self.batch_size, loss=self.loss)
+        correct = (predicted == labels).cpu().numpy()
+        n = len(correct)
+        metrics = MetricRecord(
+            {"test-loss": loss_sum / n if n else math.nan, "test-accuracy": int(correct.sum()) / n if n else math.nan}
+        )
         if self.online_rows is not None:
             rows = self.online_rows(record.online)
             if len(rows):
-                _, online_acc, _ = evaluate(self.model, self.test, rows, batch_size=self.batch_size, loss=self.loss)
-                metrics["online-accuracy"] = online_acc
+                metrics["online-accuracy"] = float(correct[rows.cpu().numpy()].mean())
+        if self.per_class and n:
+            self.confusion = confusion_matrix(predicted.cpu().numpy(), labels.cpu().numpy(), self.test.num_classes)
+            per_class = class_accuracy(self.confusion)
+            record.extra["class_accuracy"] = [None if a is None else round(a, 6) for a in per_class]
+            record.extra["worst_class_accuracy"] = min(a for a in per_class if a is not None)
+        if self.client_rows:
+            clients = record.online if self.per_client == "online" else range(len(self.client_rows))
+            accuracies = {c: float(correct[self.client_rows[c]].mean()) for c in clients if len(self.client_rows[c])}
+            record.extra.update(client_accuracy_stats(accuracies))
         return metrics
 
 

@@ -221,6 +221,11 @@ def _run_server(
     if wrap_grid is not None:
         grid = wrap_grid(grid, strategy.nodes.client_of)
     metered = MeteredGrid(grid)  # outside the cohorts: the bytes each client is sent and returns
+    counts = None
+    if cfg.evaluation.per_client != "off":  # each client's labels, for its test split's proportions
+        labels = data.train.y.cpu().numpy()
+        counts = [np.bincount(labels[ix], minlength=data.train.num_classes) for ix in partition.indices]
+    evaluation = TestSetEvaluation(cfg, model, data.test, partition.client_labels, counts)
     rows = recorder.rows if recorder is not None else []
     # the rows are needed to tell whether any round trained: kept here when no recorder keeps them
     row_writer = RowWriter(recorder, progress, rows=rows if recorder is None else None)
@@ -232,7 +237,7 @@ def _run_server(
             num_rounds=cfg.rounds,
             timeout=cfg.deployment.round_timeout or cfg.simulation.timeout,
             train_config=train_config(cfg),
-            evaluate_fn=TestSetEvaluation(cfg, model, data.test, partition.client_labels),
+            evaluate_fn=evaluation,
             observers=[o for o in observers if o is not None],
             first_round=first_round,
         )
@@ -271,6 +276,8 @@ def _run_server(
                     "provenance": origin,
                 }
             )
+            if evaluation.confusion is not None:  # the last evaluated round's: [true class][predicted]
+                extra["confusion_matrix"] = evaluation.confusion.tolist()
             extra["transitions"] = transition_summary(recorder.rows, cfg.evaluation.transition_window)
             refused = strategy.nodes.refusals()
             if refused:  # claims the node directory refused, each logged once as an ERROR
