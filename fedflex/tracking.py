@@ -67,12 +67,23 @@ def numeric(mapping: Mapping[str, Any]) -> dict[str, float]:
     }
 
 
+#: list fields of a row sent to the trackers one scalar per item: ``class_accuracy/<class>``
+#: (a list by class) and ``client_accuracy/<client>`` ([client, accuracy] pairs)
+LIST_SCALARS = ("class_accuracy", "client_accuracy")
+
+
 def row_scalars(row: Mapping[str, Any]) -> dict[str, float]:
-    """Return a metrics row's numeric fields, ``round`` left out (it is the step); a part's extra
-    round (``phase`` other than ``train``) under ``<phase>/``.
+    """Return a metrics row's numeric fields, ``round`` left out (it is the step), with the
+    items of :data:`LIST_SCALARS` as ``<field>/<key>``; a part's extra round (``phase``
+    other than ``train``) under ``<phase>/``.
     """
     scalars = numeric(row)
     scalars.pop("round", None)
+    for name in LIST_SCALARS:
+        items = row.get(name)
+        if isinstance(items, list):
+            pairs = items if items and isinstance(items[0], list) else list(enumerate(items))
+            scalars.update(numeric({f"{name}/{key}": value for key, value in pairs}))
     phase = row.get("phase", "train")
     return scalars if phase == "train" else {f"{phase}/{k}": v for k, v in scalars.items()}
 

@@ -49,6 +49,16 @@ def test_row_scalars_keep_the_finite_numbers_of_a_row():
     assert row_scalars(row) == {"session": 1.0, "test_accuracy": 0.5, "wall_s": 0.25}
 
 
+def test_per_class_and_per_client_accuracies_are_one_scalar_each():
+    row = {"round": 2, "class_accuracy": [0.5, None, 1.0], "client_accuracy": [[3, 0.25], [7, 0.75]]}
+    assert row_scalars(row) == {
+        "class_accuracy/0": 0.5,
+        "class_accuracy/2": 1.0,
+        "client_accuracy/3": 0.25,
+        "client_accuracy/7": 0.75,
+    }
+
+
 def test_row_scalars_of_a_parts_extra_round_carry_its_phase():
     assert row_scalars({"round": 4, "phase": "session-init", "train_loss": 1.5}) == {"session-init/train_loss": 1.5}
 
