@@ -935,6 +935,44 @@ class SimulationConfig:
 
 
 @dataclass
+class SystemConfig:
+    """A system model on a simulated clock (simulation only; ``kind: none``, the default,
+    keeps rounds as they are): each client has a compute speed and a bandwidth, drawn
+    once per run; a client's round takes its local steps (``client.epochs`` x its batches)
+    times ``step_s`` / its speed, plus its train message and its reply over its
+    bandwidth. The server waits for every reply, or until ``deadline_s`` (replies later
+    than it are stragglers: missing, not rejected), or for the first ``keep_first``;
+    ``dropout`` is the chance that a sampled client drops out mid-round (its reply is
+    missing too). Rows get ``sim_round_s`` and ``sim_clock_s``, and the ids of the
+    ``stragglers`` and ``dropouts`` (:mod:`fedflex.launch.system_grid`).
+
+    ``kind: lognormal``: speeds and bandwidths are log-normal with median 1 and
+    ``bandwidth`` bytes/s, log-sigmas ``speed_sigma`` and ``bandwidth_sigma`` (FLGo's and
+    FedScale's heterogeneity, as a parametric default where no device profile is given).
+    """
+
+    kind: str = "none"
+    step_s: float = 0.01
+    speed_sigma: float = 0.5
+    bandwidth: float = 1e6
+    bandwidth_sigma: float = 0.5
+    deadline_s: float = 0.0
+    keep_first: int = 0
+    dropout: float = 0.0
+
+    def validate(self, path: str) -> None:
+        """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
+        _choice(path, "kind", self.kind, ("none", "lognormal"))
+        _num(path, "step_s", self.step_s, gt=0)
+        _num(path, "speed_sigma", self.speed_sigma, ge=0)
+        _num(path, "bandwidth", self.bandwidth, gt=0)
+        _num(path, "bandwidth_sigma", self.bandwidth_sigma, ge=0)
+        _num(path, "deadline_s", self.deadline_s, ge=0)
+        _num(path, "keep_first", self.keep_first, ge=0)
+        _num(path, "dropout", self.dropout, ge=0, lt=1)
+
+
+@dataclass
 class DeploymentConfig:
     """Waiting on a real federation (``flwr run`` on a SuperLink, ``fedflex deploy
     local``). In simulation every node exists from the start and answers, so these only
@@ -1039,6 +1077,7 @@ class ScenarioConfig:
     churn: ChurnConfig = field(default_factory=ChurnConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
+    system: SystemConfig = field(default_factory=SystemConfig)
     deployment: DeploymentConfig = field(default_factory=DeploymentConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
 

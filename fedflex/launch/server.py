@@ -45,6 +45,7 @@ from fedflex.launch.observers import (
     TestSetEvaluation,
     Tracking,
 )
+from fedflex.launch.system_grid import SystemClock, SystemGrid
 from fedflex.loader import load_scenario, to_yaml
 from fedflex.models import build_model, output_bias_key
 from fedflex.node_keys import read_binding
@@ -220,6 +221,14 @@ def _run_server(
         strategy.nodes.wait_for(grid, wait_n, cfg.deployment.wait_timeout, poll=0.05 if simulated else 1.0)
     if wrap_grid is not None:
         grid = wrap_grid(grid, strategy.nodes.client_of)
+    clocked = None
+    if cfg.system.kind != "none":
+        if type(grid).__name__ in ("InMemoryGrid", "LocalGrid") or wrap_grid is not None:
+            grid = clocked = SystemGrid(grid, cfg, strategy.nodes.client_of, sizes)
+        else:
+            logger.warning(
+                "system.kind=%s: a real federation keeps its own time; the system model is off", cfg.system.kind
+            )
     metered = MeteredGrid(grid)  # outside the cohorts: the bytes each client is sent and returns
     counts = None
     if cfg.evaluation.per_client != "off":  # each client's labels, for its test split's proportions
@@ -229,7 +238,9 @@ def _run_server(
     rows = recorder.rows if recorder is not None else []
     # the rows are needed to tell whether any round trained: kept here when no recorder keeps them
     row_writer = RowWriter(recorder, progress, rows=rows if recorder is None else None)
-    observers: list[Optional[RoundObserver]] = [CostMeter(metered), row_writer, tracking, checkpoints, stops]
+    clock_s = next((r["sim_clock_s"] for r in reversed(rows) if "sim_clock_s" in r), 0.0)  # a resumed run's
+    system = SystemClock(clocked, clock_s) if clocked is not None else None
+    observers: list[Optional[RoundObserver]] = [CostMeter(metered), system, row_writer, tracking, checkpoints, stops]
     try:
         result = strategy.run_rounds(
             metered,

@@ -332,6 +332,18 @@ def megabytes_to_accuracy(rows: Sequence[dict[str, Any]], target: float) -> Opti
     return None
 
 
+def sim_seconds_to_accuracy(rows: Sequence[dict[str, Any]], target: float) -> Optional[float]:
+    """Return the simulated clock (``sim_clock_s``, ``system:``) at the first train round whose test
+    accuracy reaches ``target``; None when it is never reached or the run had no system model.
+    """
+    for row in rows:
+        accuracy = row.get("test_accuracy")
+        if row.get("phase", "train") == "train" and accuracy is not None and accuracy >= target:
+            clock = row.get("sim_clock_s")
+            return float(clock) if clock is not None else None
+    return None
+
+
 def run_figures(
     run: Run,
     target: Optional[float],
@@ -355,6 +367,7 @@ def run_figures(
     }
     if target is not None:
         figures["mb_to_target"] = megabytes_to_accuracy(run.rows, target)
+        figures["sim_s_to_target"] = sim_seconds_to_accuracy(run.rows, target)
         figures["rounds_to_target"] = rounds_to_accuracy(run.rows, target)
         figures["rounds_to_target_smoothed"] = smoothed_rounds_to_accuracy(
             run.rows, target, window, order, final_only=run.stopped_early or run.state != "completed"
@@ -382,7 +395,7 @@ def table(
     ``reference``: its columns for the group.
     """
     out = []
-    rounds_names = ["rounds_to_target", "rounds_to_target_smoothed", "mb_to_target"] + (
+    rounds_names = ["rounds_to_target", "rounds_to_target_smoothed", "mb_to_target", "sim_s_to_target"] + (
         ["rounds_to_target_sustained"] if sustain else []
     )
     for label, values, runs in study.groups:
@@ -463,7 +476,9 @@ def markdown(
     if target is not None:
         head += [f"rounds to {target:g}", f"rounds to {target:g} (smoothed, w={window})"]
         head += [f"rounds to {target:g} (held {sustain})"] if sustain else []
+    simulated = any(row.get("sim_s_to_target_reached") for row in rows)  # runs with a system model
     head += [f"MB to {target:g}"] if target is not None else []
+    head += [f"simulated s to {target:g}"] if simulated else []
     head += ["e-LUDD", "wall s", "MB sent", *fields]
     extra = ref.columns(reference) if reference else []
     head += extra
@@ -475,6 +490,7 @@ def markdown(
             cells += [_rounds_cell(row, "rounds_to_target"), _rounds_cell(row, "rounds_to_target_smoothed")]
             cells += [_rounds_cell(row, "rounds_to_target_sustained")] if sustain else []
             cells += [_rounds_cell(row, "mb_to_target", 2)]
+            cells += [_rounds_cell(row, "sim_s_to_target", 1)] if simulated else []
         cells += [_cell(row, "e_ludd"), _cell(row, "wall_s", 1), _cell(row, "mb_total", 2)]
         cells += [_cell(row, name) for name in fields]
         cells += [_reference_cell(row.get("reference", {}).get(c)) for c in extra]

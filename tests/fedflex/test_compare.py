@@ -430,3 +430,20 @@ def test_megabytes_to_target_and_sent_come_from_the_rows_bytes(tmp_path):
     assert (row["mb_to_target_mean"], row["mb_to_target_median"], row["mb_to_target_reached"]) == (3.5, 3.5, 2)
     assert (row["mb_total_mean"], row["mb_total_std"]) == (20.0, 0.0)
     assert "| MB to 0.555 |" in text and "3.50 ± 3.54, median 3.5 (2/2)" in text
+
+
+def test_simulated_seconds_to_target_come_from_the_rows_clock(tmp_path):
+    # Prepare: a system model's clock of 2 s a round; c = 0.5 reaches 0.555 in round 6 (12 s),
+    # c = 0.6 in round 1 (2 s)
+    for seed, c in ((0, 0.5), (1, 0.6)):
+        _write_run(tmp_path / f"s{seed}", "uniform", seed, _curve(c))
+        metrics = tmp_path / f"s{seed}" / "metrics.jsonl"
+        rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+        rows = [{**r, "sim_round_s": 2.0, "sim_clock_s": 2.0 * r["round"]} for r in rows]
+        metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # Execute
+    (row,) = compare([tmp_path], target=0.555)
+    text, _ = write_comparison([tmp_path], tmp_path / "cmp", target=0.555)
+    # Assert
+    assert (row["sim_s_to_target_mean"], row["sim_s_to_target_reached"]) == (7.0, 2)
+    assert "| simulated s to 0.555 |" in text and "7.0 ± 7.1, median 7 (2/2)" in text

@@ -1,0 +1,152 @@
+"""A system model on a simulated clock: client speeds and bandwidths, round deadlines,
+stragglers and mid-round dropouts (``system:`` in a scenario, simulation only).
+
+Availability (churn) says who is online; the system model says how long a sampled
+client's round takes and whether its reply arrives in time (FedScale's and Oort's
+deadline rounds, FLGo's responsiveness and connectivity). :class:`SystemGrid` wraps the
+simulation's grid: it sends a round's train messages as usual (every sampled client
+trains: the simulation computes what the clients would), then reads each reply's
+arrival time on the simulated clock,
+
+    t_c = steps_c x step_s / speed_c + (bytes down_c + bytes up_c) / bandwidth_c,
+
+with ``steps_c = client.epochs x ceil(n_c / client.batch_size)`` for the ``n_c``
+examples client c holds, and returns only the replies the server would have used: those
+of clients that did not drop out (``dropout``), by ``deadline_s`` when set, the first
+``keep_first`` when set. A missing reply is what a strategy sees of a node that did not
+answer: it is not aggregated and not rejected. The round's simulated time is the last
+kept reply's arrival (the deadline, when clients missed it). Other messages (queries,
+probes, evaluations) pass through and take no simulated time. :class:`SystemClock`, a
+round observer, puts the round's figures into its row.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable, Optional
+
+import numpy as np
+from flwr.app import Message, MessageType
+
+from fedflex.config import ScenarioConfig
+from fedflex.launch.grid_wrapper import GridWrapper
+from fedflex.launch.metered_grid import message_bytes
+
+
+def client_profiles(cfg: ScenarioConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Return every client's compute speed (median 1) and bandwidth (bytes/s), drawn once
+    from the run's seed (``system.kind: lognormal``).
+    """
+    system = cfg.system
+    rng = np.random.default_rng([cfg.seed, 0x5157])
+    speed = rng.lognormal(0.0, system.speed_sigma, cfg.num_clients)
+    bandwidth = system.bandwidth * rng.lognormal(0.0, system.bandwidth_sigma, cfg.num_clients)
+    return speed, bandwidth
+
+
+def round_outcome(
+    times: dict[int, float], dropped: set[int], deadline_s: float, keep_first: int
+) -> tuple[list[int], list[int], float]:
+    """Return (the clients whose replies are kept, the stragglers, the round's simulated
+    seconds) for each sampled client's arrival time ``times``; the ``dropped`` never arrive.
+
+    The server closes the round at the ``keep_first``-th reply when that many come in time;
+    else at ``deadline_s`` when a reply is missing by then; else with the last reply that
+    comes (without a deadline it learns of a dropout when the others are in).
+    """
+    arrived = sorted((t, c) for c, t in times.items() if c not in dropped)
+    on_time = [(t, c) for t, c in arrived if not deadline_s or t <= deadline_s]
+    kept = on_time[:keep_first] if keep_first else on_time
+    kept_ids = {c for _, c in kept}
+    stragglers = sorted(c for _, c in arrived if c not in kept_ids)
+    if keep_first and len(kept) == keep_first:
+        seconds = kept[-1][0]
+    elif deadline_s and len(kept) < len(times):
+        seconds = deadline_s
+    else:
+        seconds = arrived[-1][0] if arrived else 0.0
+    return sorted(kept_ids), stragglers, float(seconds)
+
+
+class SystemGrid(GridWrapper):
+    """The simulation's grid under a system model (see the module).
+
+    Parameters
+    ----------
+    grid
+        The grid the messages travel on.
+    cfg
+        The scenario (``system``, ``client.epochs`` / ``batch_size``, the seed).
+    client_of
+        Node id -> client id.
+    sizes
+        Client id -> the examples it holds.
+    """
+
+    def __init__(
+        self, grid, cfg: ScenarioConfig, client_of: Callable[[int], Optional[int]], sizes: dict[int, int]
+    ) -> None:
+        super().__init__(grid)
+        self.cfg, self.client_of, self.sizes = cfg, client_of, sizes
+        self.speed, self.bandwidth = client_profiles(cfg)
+        self.rounds = 0
+        self.seconds = 0.0  # simulated seconds since the last take()
+        self.stragglers: list[int] = []
+        self.dropouts: list[int] = []
+
+    def client_seconds(self, client: int, down: int, up: int) -> float:
+        """Return a client's round time for ``down`` + ``up`` bytes (the module's formula)."""
+        steps = self.cfg.client.epochs * math.ceil(self.sizes.get(client, 0) / self.cfg.client.batch_size)
+        compute = steps * self.cfg.system.step_s / self.speed[client]
+        return compute + (down + up) / self.bandwidth[client]
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: Optional[float] = None) -> Iterable[Message]:
+        """Send ``messages``; of a train round's replies, return those the server would use in time."""
+        messages = list(messages)
+        replies = list(self.grid.send_and_receive(messages, timeout=timeout))
+        if not messages or any(m.metadata.message_type != MessageType.TRAIN for m in messages):
+            return replies
+        self.rounds += 1
+        system = self.cfg.system
+        down = {m.metadata.message_id: (m.metadata.dst_node_id, message_bytes(m)) for m in messages}
+        times: dict[int, float] = {}
+        reply_of: dict[int, Message] = {}
+        passed: list[Message] = []  # error replies and replies of unknown nodes: as they are
+        for reply in replies:
+            node, sent = down.get(reply.metadata.reply_to_message_id, (reply.metadata.src_node_id, 0))
+            client = self.client_of(node)
+            if client is None or reply.has_error():
+                passed.append(reply)
+                continue
+            times[client] = self.client_seconds(client, sent, message_bytes(reply))
+            reply_of[client] = reply
+        rng = np.random.default_rng([self.cfg.seed, 0xD809, self.rounds])
+        dropped = {c for c in sorted(times) if rng.random() < system.dropout}
+        kept, stragglers, seconds = round_outcome(times, dropped, system.deadline_s, system.keep_first)
+        self.seconds += seconds
+        self.stragglers += stragglers
+        self.dropouts += sorted(dropped)
+        return [*passed, *(reply_of[c] for c in kept)]
+
+    def take(self) -> dict[str, Any]:
+        """Return the figures since the last call (a row's), and start again."""
+        out = {"sim_round_s": round(self.seconds, 6), "stragglers": self.stragglers, "dropouts": self.dropouts}
+        self.seconds, self.stragglers, self.dropouts = 0.0, [], []
+        return out
+
+
+class SystemClock:
+    """Round observer: a row gets ``sim_round_s`` (the simulated seconds of its train
+    messages), ``sim_clock_s`` (the run's simulated clock after it, resumes included),
+    ``stragglers`` and ``dropouts``.
+    """
+
+    def __init__(self, grid: SystemGrid, clock_s: float = 0.0) -> None:
+        self.grid, self.clock_s = grid, float(clock_s)
+
+    def after_round(self, record: Any, arrays: Any) -> bool:
+        """Put the round's figures into ``record``; never stops the run."""
+        figures = self.grid.take()
+        self.clock_s += figures["sim_round_s"]
+        record.extra.update(figures, sim_clock_s=round(self.clock_s, 6))
+        return False

@@ -1,0 +1,103 @@
+"""The system model on a simulated clock (fedflex.launch.system_grid, ``system:``): each
+client's round time, who a deadline or keep_first drops, dropouts, and the clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fedflex
+from fedflex.launch import system_grid
+from fedflex.launch.system_grid import round_outcome
+
+QUICKSTART = Path(__file__).parents[2] / "scenarios" / "quickstart.yaml"
+# 4 clients (iid) of the 178 examples Synthetic(1, 1) draws for seed 0: 45, 45, 44, 44;
+# batches of 10, one epoch: 5 local steps of 0.1 s at speed 1; a bandwidth so large that
+# the messages take no measurable time (< 1e-7 s)
+BASE = [
+    "rounds=2",
+    "num_clients=4",
+    "dataset.samples_per_client=40",
+    "partition.scheme=iid",
+    "churn.kind=none",
+    "strategy.sampler.clients_per_round=4",
+    "client.batch_size=10",
+    "client.epochs=1",
+    "system.kind=lognormal",
+    "system.step_s=0.1",
+    "system.bandwidth=1e12",
+    "output.progress=off",
+]
+
+
+def test_the_round_closes_with_the_last_reply_the_deadline_or_the_kth_reply():
+    times = {0: 0.4, 1: 0.2, 2: 0.8, 3: 0.1}
+    assert round_outcome(times, set(), 0.0, 0) == ([0, 1, 2, 3], [], 0.8)  # waits for all
+    assert round_outcome(times, set(), 0.5, 0) == ([0, 1, 3], [2], 0.5)  # 2 misses the deadline
+    assert round_outcome(times, set(), 0.0, 2) == ([1, 3], [0, 2], 0.2)  # closes at the 2nd reply
+    assert round_outcome(times, {3}, 0.0, 0) == ([0, 1, 2], [], 0.8)  # a dropout never arrives
+    assert round_outcome(times, {2}, 0.5, 0) == ([0, 1, 3], [], 0.5)  # missing: wait to the deadline
+    assert round_outcome(times, set(), 0.05, 0) == ([], [0, 1, 2, 3], 0.05)  # nobody in time
+
+
+@pytest.fixture
+def speeds(monkeypatch):
+    """A hand-made profile: speeds 1, 2, 0.5, 4 -> round times 0.5, 0.25, 1.0, 0.125 s."""
+
+    def profile(cfg):
+        return np.array([1.0, 2.0, 0.5, 4.0]), np.full(cfg.num_clients, cfg.system.bandwidth)
+
+    monkeypatch.setattr(system_grid, "client_profiles", profile)
+
+
+def test_each_clients_time_and_the_clock_to_the_millisecond(speeds):
+    run = fedflex.run(QUICKSTART, BASE)
+    for row in run.rows:
+        assert row["sim_round_s"] == pytest.approx(1.0, abs=1e-3)  # the slowest, client 2
+        assert row["stragglers"] == [] and row["dropouts"] == [] and sorted(row["sampled"]) == [0, 1, 2, 3]
+    assert [r["sim_clock_s"] for r in run.rows] == pytest.approx([1.0, 2.0], abs=1e-3)
+
+
+def test_a_deadline_drops_the_straggler_and_ends_the_round(speeds):
+    run = fedflex.run(QUICKSTART, [*BASE, "system.deadline_s=0.6"])
+    row = run.rows[0]
+    # client 2 (1.0 s) misses the 0.6 s deadline: its reply is missing, not rejected
+    assert row["stragglers"] == [2] and row["rejected"] == [] and sorted(row["sampled"]) == [0, 1, 3]
+    assert row["sim_round_s"] == pytest.approx(0.6, abs=1e-3)
+    assert row["num_examples"] == 45 + 45 + 44
+
+
+def test_keep_first_closes_the_round_at_the_kth_reply(speeds):
+    run = fedflex.run(QUICKSTART, [*BASE, "system.keep_first=2"])
+    row = run.rows[0]
+    assert sorted(row["sampled"]) == [1, 3] and row["stragglers"] == [0, 2]
+    assert row["sim_round_s"] == pytest.approx(0.25, abs=1e-3)
+
+
+def test_dropouts_are_drawn_from_the_seed_and_their_replies_are_missing():
+    first = fedflex.run(QUICKSTART, [*BASE, "system.dropout=0.5", "rounds=3"])
+    again = fedflex.run(QUICKSTART, [*BASE, "system.dropout=0.5", "rounds=3"])
+    dropped = [r["dropouts"] for r in first.rows]
+    assert dropped == [r["dropouts"] for r in again.rows] and any(dropped)
+    for row in first.rows:
+        assert not set(row["dropouts"]) & set(row["sampled"])
+
+
+def test_without_a_system_model_rows_have_no_clock_and_bad_values_are_refused():
+    run = fedflex.run(QUICKSTART, ["rounds=1", "output.progress=off"])
+    assert "sim_clock_s" not in run.rows[0]
+    with pytest.raises(fedflex.ConfigError, match="system.dropout"):
+        fedflex.run(QUICKSTART, ["system.dropout=1.0"])
+
+
+def test_a_clients_messages_over_its_bandwidth_count_on_the_clock():
+    # Prepare: no compute time to speak of, every client at 1,000 bytes/s (log-sigmas 0)
+    overrides = [*BASE, "system.step_s=1e-9", "system.bandwidth=1000", "system.speed_sigma=0"]
+    run = fedflex.run(QUICKSTART, [*overrides, "system.bandwidth_sigma=0"])
+    row = run.rows[1]  # round 2: train messages only (round 1 also holds the queries)
+    # Assert: each client's time is its share of the round's bytes over 1,000 bytes/s (the
+    # train messages are alike; the replies differ by a byte or two of metrics)
+    per_client = (row["bytes_down"] + row["bytes_up"]) / 4 / 1000
+    assert row["sim_round_s"] == pytest.approx(per_client, abs=2e-3)
