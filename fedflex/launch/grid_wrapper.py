@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from flwr.app import Message
+from flwr.proto.node_pb2 import NodeInfo
 from flwr.serverapp import Grid
 
 
@@ -43,6 +44,12 @@ class GridWrapper(Grid):
     def get_node_ids(self) -> Iterable[int]:
         """Return the ids of the connected nodes (Flower's Grid interface)."""
         return self.grid.get_node_ids()
+
+    def get_nodes(self) -> Iterable[NodeInfo]:
+        """Return the connected nodes with their public keys (Flower's Grid interface; the
+        base class's default would drop the keys a node-key binding checks).
+        """
+        return self.grid.get_nodes()
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         """Send messages; return their ids (Flower's Grid interface)."""

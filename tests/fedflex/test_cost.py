@@ -124,3 +124,15 @@ def test_a_processs_age_counts_from_its_start():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     # Assert: at least the sleep (clock ticks are 10 ms), not the test session's age
     assert 0.49 <= float(out.stdout) < 60
+
+
+def test_the_grid_wrapper_passes_every_call_of_flowers_grid_through():
+    from flwr.serverapp import Grid
+
+    from fedflex.launch.grid_wrapper import GridWrapper
+
+    # Flower's Grid has defaults (get_nodes: the ids without their public keys) that a
+    # wrapper must not fall back to: each of its calls is the wrapped grid's
+    names = [n for n in dir(Grid) if not n.startswith("_")]
+    assert "get_nodes" in names
+    assert [n for n in names if getattr(GridWrapper, n) is getattr(Grid, n)] == []
