@@ -23,11 +23,12 @@ round observer, puts the round's figures into its row.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, cast
 
 import numpy as np
 from flwr.app import Message, MessageType
 
+from fedflex import keys
 from fedflex.config import ScenarioConfig
 from fedflex.launch.grid_wrapper import GridWrapper
 from fedflex.launch.metered_grid import message_bytes
@@ -68,6 +69,14 @@ def round_outcome(
     return sorted(kept_ids), stragglers, float(seconds)
 
 
+def _round_of(message: Message) -> int:
+    """Return the server round a train message belongs to (its config's ``server-round``; 0 if none)."""
+    for record in message.content.config_records.values():
+        if keys.SERVER_ROUND in record:
+            return int(cast(int, record[keys.SERVER_ROUND]))
+    return 0
+
+
 class SystemGrid(GridWrapper):
     """The simulation's grid under a system model (see the module).
 
@@ -89,7 +98,7 @@ class SystemGrid(GridWrapper):
         super().__init__(grid)
         self.cfg, self.client_of, self.sizes = cfg, client_of, sizes
         self.speed, self.bandwidth = client_profiles(cfg)
-        self.rounds = 0
+        self.batch = (0, 0)  # (server round, train batches sent in it): the dropout stream's key
         self.seconds = 0.0  # simulated seconds since the last take()
         self.stragglers: list[int] = []
         self.dropouts: list[int] = []
@@ -106,7 +115,8 @@ class SystemGrid(GridWrapper):
         replies = list(self.grid.send_and_receive(messages, timeout=timeout))
         if not messages or any(m.metadata.message_type != MessageType.TRAIN for m in messages):
             return replies
-        self.rounds += 1
+        server_round = _round_of(messages[0])
+        self.batch = (server_round, self.batch[1] + 1 if self.batch[0] == server_round else 0)
         system = self.cfg.system
         down = {m.metadata.message_id: (m.metadata.dst_node_id, message_bytes(m)) for m in messages}
         times: dict[int, float] = {}
@@ -120,7 +130,7 @@ class SystemGrid(GridWrapper):
                 continue
             times[client] = self.client_seconds(client, sent, message_bytes(reply))
             reply_of[client] = reply
-        rng = np.random.default_rng([self.cfg.seed, 0xD809, self.rounds])
+        rng = np.random.default_rng([self.cfg.seed, 0xD809, *self.batch])  # a resumed run draws the same
         dropped = {c for c in sorted(times) if rng.random() < system.dropout}
         kept, stragglers, seconds = round_outcome(times, dropped, system.deadline_s, system.keep_first)
         self.seconds += seconds

@@ -101,3 +101,26 @@ def test_a_clients_messages_over_its_bandwidth_count_on_the_clock():
     # train messages are alike; the replies differ by a byte or two of metrics)
     per_client = (row["bytes_down"] + row["bytes_up"]) / 4 / 1000
     assert row["sim_round_s"] == pytest.approx(per_client, abs=2e-3)
+
+
+def test_a_resumed_run_draws_the_same_dropouts_as_an_uninterrupted_one(tmp_path):
+    import json
+
+    from fedflex.launch.cli import main
+
+    # Prepare: the uninterrupted run, and the same run stopped after round 2
+    args = [str(QUICKSTART), *BASE, "system.dropout=0.4", "rounds=4"]
+    assert main(["run", *args, "--out", str(tmp_path / "full")]) == 0
+    assert main(["run", *args, "rounds=2", "--out", str(tmp_path / "r")]) == 0
+    config = tmp_path / "r" / "config.yaml"
+    config.write_text(config.read_text().replace("\nrounds: 2\n", "\nrounds: 4\n"))
+    (tmp_path / "r" / "summary.json").unlink()
+    # Execute
+    assert main(["run", "--resume", str(tmp_path / "r")]) == 0
+
+    # Assert: the dropouts and the clock of every round are the uninterrupted run's
+    def rows(run):
+        lines = (tmp_path / run / "metrics.jsonl").read_text().splitlines()
+        return [(r["dropouts"], r["sim_clock_s"]) for r in map(json.loads, lines)]
+
+    assert rows("r") == rows("full") and any(d for d, _ in rows("full"))
