@@ -84,7 +84,8 @@ def test_rows_count_each_clients_model_down_and_up_and_the_summary_adds_them(run
     assert run.summary["bytes_up"] == sum(r["bytes_up"] for r in run.rows)
 
 
-def test_cohort_packing_does_not_change_what_each_client_is_counted(runs):
+def test_the_counts_do_not_depend_on_how_the_workers_train_the_clients(runs):
+    # vectorize on: a cohort trained as one batch; off: one client after another
     one_at_a_time, cohorts = runs
     assert [(r["bytes_down"], r["bytes_up"]) for r in one_at_a_time.rows] == [
         (r["bytes_down"], r["bytes_up"]) for r in cohorts.rows
