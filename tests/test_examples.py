@@ -34,7 +34,10 @@ def test_python_api_example_runs_and_leaves_nothing_behind(tmp_path):
     assert [line.split()[:2] for line in lines[:2]] == [["uniform", "status=completed"], ["pow-d", "status=completed"]]
     assert "Markov churn: min_session_rounds filled in as 5" in lines
     assert "refused: rounds = 0: must be >= 1" in lines
-    files = ["accuracy.png", "checkpoint.npz", "churn.png", "config.yaml", "metrics.jsonl", "model.npz", "run.log"]
+    files = [
+        *("accuracy.png", "checkpoint.npz", "churn.png", "config.yaml", "confusion.png"),
+        *("metrics.jsonl", "model.npz", "run.log"),
+    ]
     assert f"files: {[*files, 'summary.json']}" in lines
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
 
