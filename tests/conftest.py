@@ -52,3 +52,18 @@ def flower_records():
     flwr_logger.addHandler(handler)
     yield handler.records
     flwr_logger.removeHandler(handler)
+
+
+@pytest.fixture
+def load_script():
+    """Load a script of the repository (``benchmarks/x.py``, ``scripts/x.py``) as a module."""
+    import importlib.util
+
+    def load(relative: str):
+        path = Path(__file__).resolve().parent.parent / relative
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

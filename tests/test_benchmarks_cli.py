@@ -3,7 +3,6 @@ override, not a variant (issue 32 item 5)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -11,23 +10,20 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _overhead():
-    spec = importlib.util.spec_from_file_location("overhead", ROOT / "benchmarks" / "overhead.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def overhead(load_script):
+    return load_script("benchmarks/overhead.py")
 
 
-def test_an_override_after_variants_is_moved_to_the_overrides():
+def test_an_override_after_variants_is_moved_to_the_overrides(overhead):
     # Execute
-    (argv,) = _overhead().split_overrides(["--variants", "local:off", "model.name=mlp", "--cases", "k5", "--rounds=3"])
+    (argv,) = overhead.split_overrides(["--variants", "local:off", "model.name=mlp", "--cases", "k5", "--rounds=3"])
     # Assert: options keep their values; the override goes after "--"
     assert argv == ["--variants", "local:off", "--cases", "k5", "--rounds=3", "--", "model.name=mlp"]
 
 
-def test_a_malformed_variant_is_refused_naming_it(monkeypatch, capsys):
+def test_a_malformed_variant_is_refused_naming_it(monkeypatch, capsys, overhead):
     # Prepare
-    overhead = _overhead()
     monkeypatch.setattr("sys.argv", ["overhead.py", "--variants", "local:of"])
     # Execute
     with pytest.raises(SystemExit) as raised:

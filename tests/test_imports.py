@@ -3,20 +3,12 @@ import cycle, no private name imported from another module, no symbolic link in 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _graph_module():
-    spec = importlib.util.spec_from_file_location("import_graph", ROOT / "scripts" / "import_graph.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
@@ -27,8 +19,8 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def test_the_package_has_no_import_cycle_and_imports_no_private_name():
-    graph = _graph_module()
+def test_the_package_has_no_import_cycle_and_imports_no_private_name(load_script):
+    graph = load_script("scripts/import_graph.py")
     edges, private = graph.edges()
     assert graph.cycles(edges) == []
     assert private == []
@@ -36,10 +28,10 @@ def test_the_package_has_no_import_cycle_and_imports_no_private_name():
     assert "fedflex.strategies.strategy" in edges["fedflex.launch.server"]
 
 
-def test_the_walk_finds_a_cycle_through_a_function_level_import_and_a_private_name(tmp_path):
+def test_the_walk_finds_a_cycle_through_a_function_level_import_and_a_private_name(tmp_path, load_script):
     # Prepare: a -> b at module level, b -> a inside a function; c takes b's private name;
     # d imports a only for annotations (not an edge)
-    graph = _graph_module()
+    graph = load_script("scripts/import_graph.py")
     root = _tree(
         tmp_path,
         {

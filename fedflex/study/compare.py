@@ -316,32 +316,33 @@ def summary_value(summary: Optional[dict[str, Any]], path: str) -> Optional[floa
     return None
 
 
+def _reaching(rows: Sequence[dict[str, Any]], target: float) -> Optional[int]:
+    """Return the index of the first train row whose test accuracy reaches ``target``, or None."""
+    for i, row in enumerate(rows):
+        accuracy = row.get("test_accuracy")
+        if row.get("phase", "train") == "train" and accuracy is not None and accuracy >= target:
+            return i
+    return None
+
+
 def megabytes_to_accuracy(rows: Sequence[dict[str, Any]], target: float) -> Optional[float]:
     """Megabytes (10^6 bytes, down and up, every row's messages) sent until the first train
     round whose test accuracy reaches ``target``; None when it is never reached or the rows
     count no bytes (runs from before the cost accounting).
     """
-    total = 0
-    for row in rows:
-        if "bytes_down" not in row:
-            return None
-        total += int(row["bytes_down"]) + int(row["bytes_up"])
-        accuracy = row.get("test_accuracy")
-        if row.get("phase", "train") == "train" and accuracy is not None and accuracy >= target:
-            return total / 1e6
-    return None
+    reached = _reaching(rows, target)
+    if reached is None or any("bytes_down" not in row for row in rows[: reached + 1]):
+        return None
+    return sum(int(row["bytes_down"]) + int(row["bytes_up"]) for row in rows[: reached + 1]) / 1e6
 
 
 def sim_seconds_to_accuracy(rows: Sequence[dict[str, Any]], target: float) -> Optional[float]:
     """Return the simulated clock (``sim_clock_s``, ``system:``) at the first train round whose test
     accuracy reaches ``target``; None when it is never reached or the run had no system model.
     """
-    for row in rows:
-        accuracy = row.get("test_accuracy")
-        if row.get("phase", "train") == "train" and accuracy is not None and accuracy >= target:
-            clock = row.get("sim_clock_s")
-            return float(clock) if clock is not None else None
-    return None
+    reached = _reaching(rows, target)
+    clock = rows[reached].get("sim_clock_s") if reached is not None else None
+    return float(clock) if clock is not None else None
 
 
 def run_figures(
