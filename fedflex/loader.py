@@ -230,12 +230,13 @@ def warn_measured(cfg: ScenarioConfig) -> list[str]:
 
 
 class _DuplicateKey(Exception):
-    pass
+    """A mapping key the loader refuses: given twice, or not a name."""
 
 
-def _unique_key_loader():
-    """Return a yaml SafeLoader class that refuses a key given twice in one mapping (built on
-    first use: yaml is imported only when a scenario file is read).
+def _unique_key_loader(names_only: bool = True):
+    """Return a yaml SafeLoader class that refuses a key given twice in one mapping, a list or
+    mapping as a key, and (``names_only``) any key that is not a string (built on first use:
+    yaml is imported only when a file is read).
     """
     import yaml
 
@@ -246,21 +247,25 @@ def _unique_key_loader():
         seen: dict[Any, Any] = {}
         for key_node, _ in node.value:
             key = loader.construct_object(key_node, deep=deep)
+            mark = key_node.start_mark
+            where = f"line {mark.line + 1} column {mark.column + 1}"
+            if not isinstance(key_node, yaml.ScalarNode):  # [1, 2]: is YAML, but no key of ours
+                raise _DuplicateKey(f"a {type(key).__name__} as a key ({where}); keys are names")
+            if names_only and not isinstance(key, str):  # ~:, 1:, true: are no scenario key
+                raise _DuplicateKey(f"key {key!r} ({where}) is not a name; scenario keys are names such as rounds")
             if key in seen:
-                mark = key_node.start_mark
-                raise _DuplicateKey(
-                    f"key {key!r} given twice (line {seen[key] + 1}, and line {mark.line + 1} column {mark.column + 1})"
-                )
-            seen[key] = key_node.start_mark.line
+                raise _DuplicateKey(f"key {key!r} given twice (line {seen[key] + 1}, and {where})")
+            seen[key] = mark.line
         return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
     return Loader
 
 
-def read_yaml(p: Path) -> dict:
+def read_yaml(p: Path, names_only: bool = True) -> dict:
     """Return a scenario file's mapping; syntax errors name the line and column, a key given
-    twice names both lines, a top level that is not a mapping is refused.
+    twice names both lines, a top level that is not a mapping is refused, and so is a key that
+    is not a string unless ``names_only`` is false (a study's variant may be named 0.1).
     """
     import yaml
 
@@ -269,7 +274,7 @@ def read_yaml(p: Path) -> dict:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError("scenario", str(p), f"cannot be read ({exc})") from None
     try:
-        data = yaml.load(text, Loader=_unique_key_loader())
+        data = yaml.load(text, Loader=_unique_key_loader(names_only))
     except _DuplicateKey as exc:
         raise ConfigError("scenario", str(p), str(exc)) from None
     except yaml.MarkedYAMLError as exc:

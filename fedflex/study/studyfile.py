@@ -44,7 +44,7 @@ def _flat_overrides(mapping: Any, prefix: str = "") -> list[str]:
 def is_study_file(path: Path) -> bool:
     """Return a study file (a mapping with ``scenario:`` or ``base:``), as opposed to a scenario file."""
     try:
-        data = read_yaml(Path(path))
+        data = read_yaml(Path(path), names_only=False)
     except ConfigError:
         return False
     return "scenario" in data or "base" in data
@@ -84,7 +84,7 @@ def read_study(path: Path, _within: tuple[Path, ...] = ()) -> dict[str, Any]:
     path = Path(path)
     if path.resolve() in _within:
         raise StudyError(f"{path}: base: a study cannot be its own base")
-    data = read_yaml(path)
+    data = read_yaml(path, names_only=False)
     unknown = sorted(set(data) - set(STUDY_KEYS))
     if unknown:
         raise StudyError(f"{path}: unknown key {unknown[0]!r}; a study file has: {', '.join(STUDY_KEYS)}")
@@ -156,7 +156,7 @@ def read_reference(path: Path) -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        data = read_yaml(path)
+        data = read_yaml(path, names_only=False)
     except ConfigError as exc:
         raise StudyError(f"--reference {path}: {exc}") from None
     reference = (

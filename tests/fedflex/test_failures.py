@@ -393,8 +393,11 @@ def test_broken_checkpoint_is_refused_and_left_alone(tmp_path, capsys, damage):
         ("- a\n- b\n", "top level must be a mapping"),
         ("name: a\nrounds: 3\nrounds: 4\n", "key 'rounds' given twice (line 2, and line 3"),
         ("name: a\nrounds: [3\n", "line 3, column 1"),
+        ("name: a\nstrategy:\n  ~: 1\n", "key None (line 3 column 3) is not a name"),
+        ("name: a\n1.5: x\n", "key 1.5 (line 2 column 1) is not a name"),
+        ("[1, 2]: 3\n", "a list as a key (line 1 column 1)"),
     ],
-    ids=["list", "duplicate", "syntax"],
+    ids=["list", "duplicate", "syntax", "null key", "number key", "list key"],
 )
 def test_bad_yaml_names_what_and_where(tmp_path, capsys, text, expected):
     (tmp_path / "s.yaml").write_text(text)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from fedflex.config import ConfigError
 from fedflex.launch.cli import main
 from fedflex.loader import load_scenario, to_yaml
 from fedflex.study import runs
@@ -110,6 +111,16 @@ def test_a_study_file_with_an_unknown_key_is_refused(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("scenario: x.yaml\ngrids: {}\n")
     with pytest.raises(StudyError, match="unknown key 'grids'"):
+        read_study(path)
+
+
+def test_study_keys_may_be_numbers_but_not_lists(tmp_path):
+    # a variant named 0.1 is a study's usual lr axis; a scenario file refuses number keys
+    path = tmp_path / "s.yaml"
+    path.write_text("scenario: x.yaml\nvariants:\n  lr:\n    0.1: [client.lr=0.1]\n")
+    assert read_study(path)["variants"] == {"lr": {"0.1": ["client.lr=0.1"]}}
+    path.write_text("scenario: x.yaml\n[1, 2]: 3\n")
+    with pytest.raises(ConfigError, match=r"a list as a key \(line 2 column 1\)"):
         read_study(path)
 
 
