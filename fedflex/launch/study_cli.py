@@ -4,7 +4,7 @@ fedflex sweep SCENARIO.yaml [dotted.key=value ...] --grid KEY=V1,V2 [--grid ...]
               [--seeds 0,1,2] --out DIR [--jobs N] [--ray-address HOST:PORT [--cpus-per-run C]] [--dry-run]
 fedflex sweep scenarios/studies/NAME.yaml [dotted.key=value ...] [--grid ...] [--seeds ...]
               [--out DIR] [--jobs N] [--ray-address HOST:PORT [--cpus-per-run C]] [--dry-run]
-fedflex compare DIR... [--by KEY ...] [--target ACC] [--metric NAME ...] [--field PATH ...]
+fedflex compare DIR... [--by KEY ...] [--target ACC] [--budget-mb MB] [--metric NAME ...] [--field PATH ...]
               [--reference FILE] [--out DIR] [--include-incomplete] [--smooth W] [--smooth-order P]
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from pathlib import Path
 
@@ -72,6 +73,13 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help="with --target: also rounds to it held for K evaluations in a row (a single noisy evaluation "
         "does not count)",
+    )
+    parser.add_argument(
+        "--budget-mb",
+        type=float,
+        metavar="MB",
+        help="also report the test accuracy at this byte budget: the last evaluated round whose messages so far "
+        "(down and up, 10^6 bytes) fit in it",
     )
     parser.add_argument(
         "--metric", action="append", default=[], metavar="NAME", help="also plot this metrics.jsonl field (repeat)"
@@ -196,6 +204,8 @@ def compare_command(args: argparse.Namespace) -> int:
         return _fail(f"--target {args.target}: a test accuracy in (0, 1]")
     if args.sustain is not None and (args.target is None or args.sustain < 1):
         return _fail(f"--sustain {args.sustain}: a number of evaluations >= 1, with --target")
+    if args.budget_mb is not None and not (math.isfinite(args.budget_mb) and args.budget_mb > 0):
+        return _fail(f"--budget-mb {args.budget_mb}: a positive number of megabytes")
     if args.smooth < 3 or args.smooth % 2 == 0 or not 0 <= args.smooth_order < args.smooth:
         return _fail(f"--smooth {args.smooth} --smooth-order {args.smooth_order}: an odd window >= 3 above the order")
     by = [k for item in args.by for k in item.split(",") if k]
@@ -215,6 +225,7 @@ def compare_command(args: argparse.Namespace) -> int:
             fields,
             reference,
             args.sustain,
+            args.budget_mb,
         )
     except ConfigError as exc:
         return _fail(f"config error: {exc}")

@@ -63,6 +63,7 @@ RANGES: dict[str, tuple[Optional[float], Optional[float]]] = {
     "e_ludd": (0.0, None),
     "wall_s": (0.0, None),
     "mb_total": (0.0, None),
+    "acc_at_budget": (0.0, 1.0),
 }
 
 
@@ -336,6 +337,23 @@ def megabytes_to_accuracy(rows: Sequence[dict[str, Any]], target: float) -> Opti
     return sum(int(row["bytes_down"]) + int(row["bytes_up"]) for row in rows[: reached + 1]) / 1e6
 
 
+def accuracy_at_budget(rows: Sequence[dict[str, Any]], megabytes: float) -> Optional[float]:
+    """Test accuracy of the last evaluated train round whose messages so far (down and up,
+    every row's, 10^6 bytes) stay within ``megabytes``: the model a budget buys. None when
+    no evaluated round fits, or the rows count no bytes (runs from before the cost accounting).
+    """
+    spent, accuracy = 0, None
+    for row in rows:
+        if "bytes_down" not in row:
+            return None
+        spent += int(row["bytes_down"]) + int(row["bytes_up"])
+        if spent > megabytes * 1e6:
+            break
+        if row.get("phase", "train") == "train" and row.get("test_accuracy") is not None:
+            accuracy = float(row["test_accuracy"])
+    return accuracy
+
+
 def sim_seconds_to_accuracy(rows: Sequence[dict[str, Any]], target: float) -> Optional[float]:
     """Return the simulated clock (``sim_clock_s``, ``system:``) at the first train round whose test
     accuracy reaches ``target``; None when it is never reached or the run had no system model.
@@ -352,9 +370,11 @@ def run_figures(
     order: int = SMOOTH_ORDER,
     fields: Sequence[str] = (),
     sustain: Optional[int] = None,
+    budget_mb: Optional[float] = None,
 ) -> dict[str, Any]:
     """One run's figures (the per-seed values a group's statistics are over); with a target
-    and ``sustain`` K, also the rounds to it held for K evaluations in a row.
+    and ``sustain`` K, also the rounds to it held for K evaluations in a row; with
+    ``budget_mb``, the accuracy at that byte budget (``acc_at_budget``).
     """
     headline = summarize(run.rows)
     wall = (run.summary or {}).get("run_wall_s")
@@ -375,6 +395,8 @@ def run_figures(
         )
         if sustain:
             figures["rounds_to_target_sustained"] = sustained_rounds_to_accuracy(run.rows, target, sustain)
+    if budget_mb is not None:
+        figures["acc_at_budget"] = accuracy_at_budget(run.rows, budget_mb)
     for path in fields:
         figures[path] = summary_value(run.summary, path)
     return figures
@@ -388,9 +410,11 @@ def table(
     fields: Sequence[str] = (),
     reference: Optional[dict[str, Any]] = None,
     sustain: Optional[int] = None,
+    budget_mb: Optional[float] = None,
 ) -> list[dict[str, Any]]:
     """One dict per group: ``group``, the key values, ``n``, ``seeds``, ``rounds``, and per
-    figure (and summary field) ``<name>_mean`` / ``_std`` / ``_ci_low`` / ``_ci_high``;
+    figure (and summary field, and ``acc_at_budget`` with ``budget_mb``) ``<name>_mean`` /
+    ``_std`` / ``_ci_low`` / ``_ci_high``;
     with a target, ``rounds_to_target[_smoothed]_mean`` / ``_std`` / ``_median`` /
     ``_reached`` (and ``rounds_to_target_sustained_*`` with ``sustain``); with a reference,
     ``reference``: its columns for the group.
@@ -400,12 +424,12 @@ def table(
         ["rounds_to_target_sustained"] if sustain else []
     )
     for label, values, runs in study.groups:
-        per_run = [run_figures(r, target, window, order, fields, sustain) for r in runs]
+        per_run = [run_figures(r, target, window, order, fields, sustain, budget_mb) for r in runs]
         row: dict[str, Any] = {"group": label, **values, "n": len(runs)}
         row["seeds"] = [r.config.get("seed") for r in runs]
         row["rounds"] = sorted({len(r.rows) for r in runs})
         row["evaluations"] = sorted({sum(x.get("test_accuracy") is not None for x in r.rows) for r in runs})
-        for name in (*STATS, *fields):
+        for name in (*STATS, *(["acc_at_budget"] if budget_mb is not None else []), *fields):
             for stat, value in mean_interval([f[name] for f in per_run], bounds=RANGES.get(name, (None, None))).items():
                 row[f"{name}_{stat}"] = value
         if target is not None:
@@ -432,10 +456,11 @@ def compare(
     fields: Sequence[str] = (),
     reference: Optional[dict[str, Any]] = None,
     sustain: Optional[int] = None,
+    budget_mb: Optional[float] = None,
 ) -> list[dict[str, Any]]:
     """Return the comparison table of the runs in ``dirs`` as data (see :func:`table`)."""
     study = group_runs([load_run(p) for p in find_runs(dirs)], by, include_incomplete)
-    return table(study, target, window, order, fields, reference, sustain)
+    return table(study, target, window, order, fields, reference, sustain, budget_mb)
 
 
 # ---------------------------------------------------------------------------- writing
@@ -471,6 +496,7 @@ def markdown(
     fields: Sequence[str] = (),
     reference: Optional[dict[str, Any]] = None,
     sustain: Optional[int] = None,
+    budget_mb: Optional[float] = None,
 ) -> str:
     """Return the table as Markdown, with the reference's source and the runs left out under it."""
     head = ["group", "n", "final acc", "best acc", "last-10% acc"]
@@ -480,6 +506,7 @@ def markdown(
     simulated = any(row.get("sim_s_to_target_reached") for row in rows)  # runs with a system model
     head += [f"MB to {target:g}"] if target is not None else []
     head += [f"simulated s to {target:g}"] if simulated else []
+    head += [f"acc at {budget_mb:g} MB"] if budget_mb is not None else []
     head += ["e-LUDD", "wall s", "MB sent", *fields]
     extra = ref.columns(reference) if reference else []
     head += extra
@@ -492,6 +519,7 @@ def markdown(
             cells += [_rounds_cell(row, "rounds_to_target_sustained")] if sustain else []
             cells += [_rounds_cell(row, "mb_to_target", 2)]
             cells += [_rounds_cell(row, "sim_s_to_target", 1)] if simulated else []
+        cells += [_cell(row, "acc_at_budget")] if budget_mb is not None else []
         cells += [_cell(row, "e_ludd"), _cell(row, "wall_s", 1), _cell(row, "mb_total", 2)]
         cells += [_cell(row, name) for name in fields]
         cells += [_reference_cell(row.get("reference", {}).get(c)) for c in extra]
@@ -504,6 +532,11 @@ def markdown(
         "that reach it (reached/n)"
         + (f"; held {sustain}: the first round of {sustain} evaluations in a row at or above it." if sustain else ".")
     )
+    if budget_mb is not None:
+        lines.append(
+            f"acc at {budget_mb:g} MB: the test accuracy of the last evaluated round whose messages so far "
+            f"(down and up) stay within {budget_mb:g} MB ('-' where no evaluated round fits)."
+        )
     short = sorted({n for row in rows for n in row.get("evaluations", []) if n < window})
     if target is not None and short:
         lines.append(
@@ -604,6 +637,7 @@ def write_comparison(
     fields: Sequence[str] = (),
     reference: Optional[dict[str, Any]] = None,
     sustain: Optional[int] = None,
+    budget_mb: Optional[float] = None,
 ) -> tuple[str, list[Path]]:
     """Write ``compare.md``, ``compare.csv`` and one PNG per metric (test accuracy first)
     into ``out``; returns the Markdown table and the files written.
@@ -629,8 +663,8 @@ def write_comparison(
     for path in fields:
         if all(summary_value(r.summary, path) is None for r in kept):
             raise StudyError(f"--field {path}: not a number in any compared run's summary.json")
-    rows = table(study, target, window, order, fields, reference, sustain)
-    text = markdown(rows, study, target, window, fields, reference, sustain)
+    rows = table(study, target, window, order, fields, reference, sustain, budget_mb)
+    text = markdown(rows, study, target, window, fields, reference, sustain, budget_mb)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = [out / TABLE_FILE, out / CSV_FILE]

@@ -413,16 +413,22 @@ def test_the_accuracy_plot_draws_the_target_and_wraps_a_long_title(tmp_path, mon
     assert wrap_title("a b\nc", 90) == "a b\nc"
 
 
+def _one_megabyte_a_round(run_dir, unevaluated=()):
+    """Give a written run's rows 0.5 MB down and 0.5 MB up each; ``unevaluated``: rounds
+    whose test accuracy is taken out."""
+    metrics = run_dir / "metrics.jsonl"
+    rows = [
+        {**json.loads(line), "bytes_down": 500_000, "bytes_up": 500_000} for line in metrics.read_text().splitlines()
+    ]
+    rows = [{**r, "test_accuracy": None} if r["round"] in unevaluated else r for r in rows]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
 def test_megabytes_to_target_and_sent_come_from_the_rows_bytes(tmp_path):
     # Prepare: 1 MB a round (0.5 MB down, 0.5 MB up); c = 0.5 and 0.6 reach 0.555 in rounds 6 and 1
     for seed, c in ((0, 0.5), (1, 0.6)):
         _write_run(tmp_path / f"s{seed}", "uniform", seed, _curve(c))
-        metrics = tmp_path / f"s{seed}" / "metrics.jsonl"
-        rows = [
-            {**json.loads(line), "bytes_down": 500_000, "bytes_up": 500_000}
-            for line in metrics.read_text().splitlines()
-        ]
-        metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        _one_megabyte_a_round(tmp_path / f"s{seed}")
     # Execute
     (row,) = compare([tmp_path], target=0.555)
     text, _ = write_comparison([tmp_path], tmp_path / "cmp", target=0.555)
@@ -430,6 +436,25 @@ def test_megabytes_to_target_and_sent_come_from_the_rows_bytes(tmp_path):
     assert (row["mb_to_target_mean"], row["mb_to_target_median"], row["mb_to_target_reached"]) == (3.5, 3.5, 2)
     assert (row["mb_total_mean"], row["mb_total_std"]) == (20.0, 0.0)
     assert "| MB to 0.555 |" in text and "3.50 ± 3.54, median 3.5 (2/2)" in text
+
+
+def test_accuracy_at_a_byte_budget_is_the_last_evaluated_round_within_it(tmp_path):
+    # Prepare: 1 MB a round; 5.5 MB buys rounds 1-5. Seed 0 (c = 0.5) has no evaluation in
+    # round 5, so its model at the budget is round 4's, 0.54; seed 1's (c = 0.6) round 5's, 0.65
+    _write_run(tmp_path / "s0", "uniform", 0, _curve(0.5))
+    _one_megabyte_a_round(tmp_path / "s0", unevaluated=(5,))
+    _write_run(tmp_path / "s1", "uniform", 1, _curve(0.6))
+    _one_megabyte_a_round(tmp_path / "s1")
+    # Execute
+    (row,) = compare([tmp_path], budget_mb=5.5)
+    text, _ = write_comparison([tmp_path], tmp_path / "cmp", budget_mb=5.5)
+    (too_small,) = compare([tmp_path], budget_mb=0.5)
+    # Assert
+    assert row["acc_at_budget_mean"] == pytest.approx((0.54 + 0.65) / 2)
+    assert "| acc at 5.5 MB |" in text and "0.5950 ± 0.0778" in text
+    assert too_small["acc_at_budget_mean"] is None
+    assert "acc_at_budget_mean" not in compare([tmp_path])[0]
+    assert main(["compare", str(tmp_path), "--budget-mb", "0"]) == 2
 
 
 def test_simulated_seconds_to_target_come_from_the_rows_clock(tmp_path):
