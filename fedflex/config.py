@@ -949,9 +949,15 @@ class SystemConfig:
     ``kind: lognormal``: speeds and bandwidths are log-normal with median 1 and
     ``bandwidth`` bytes/s, log-sigmas ``speed_sigma`` and ``bandwidth_sigma`` (FLGo's and
     FedScale's heterogeneity, as a parametric default where no device profile is given).
+    ``kind: fedscale``: each client's compute (ms per sample) and bandwidth (kbps) from
+    ``profile``, a FedScale ``client_device_capacity`` file (pickle or JSON; a relative path
+    resolves against the scenario file's folder), timed as FedScale does
+    (:mod:`fedflex.fedscale`); ``step_s`` and the ``*_sigma`` / ``bandwidth`` keys are then
+    not read.
     """
 
     kind: str = "none"
+    profile: str = ""
     step_s: float = 0.01
     speed_sigma: float = 0.5
     bandwidth: float = 1e6
@@ -962,7 +968,9 @@ class SystemConfig:
 
     def validate(self, path: str) -> None:
         """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
-        _choice(path, "kind", self.kind, ("none", "lognormal"))
+        _choice(path, "kind", self.kind, ("none", "lognormal", "fedscale"))
+        if self.kind == "fedscale" and not self.profile:
+            raise ConfigError(f"{path}.profile", self.profile, "kind fedscale needs a FedScale device-capacity file")
         _num(path, "step_s", self.step_s, gt=0)
         _num(path, "speed_sigma", self.speed_sigma, ge=0)
         _num(path, "bandwidth", self.bandwidth, gt=0)

@@ -1,4 +1,5 @@
-"""FedScale client availability traces -> fedflex's trace CSV (:mod:`fedflex.trace`).
+"""FedScale's device files: availability traces -> fedflex's trace CSV (:mod:`fedflex.trace`),
+and device-capacity profiles for the system model (``system.kind: fedscale``).
 
 FedScale (Lai et al., "FedScale: Benchmarking Model and System Performance of Federated
 Learning at Scale", ICML 2022) ships ``client_behave_trace``: a pickled dict from a client
@@ -30,8 +31,18 @@ Command line::
 
     python -m fedflex.fedscale client_behave_trace OUT.csv --seconds-per-round 60 --rounds 500 [--num-clients N]
 
-The pickle is read with :mod:`pickle`, which runs code from the file: convert only
-traces you trust. A JSON file of the same mapping is read too (``.json``).
+FedScale's ``client_device_capacity`` (its "Device Trace File Formats") maps a client id to
+``{'computation': ms per sample, 'communication': kbps}``; FedScale 1.0's
+``ClientMetadata.get_completion_time`` makes a client's round
+``3 x batch_size x local_steps x computation / 1000`` seconds of compute (the 3: a backward
+pass costs about two forward ones) plus ``(upload + download) / communication`` seconds,
+its sizes in kbit (bytes / 1024 x 8). :func:`read_device_profile` reads it;
+:mod:`fedflex.launch.system_grid` applies it, client ``c`` taking the ``c mod len``-th
+profile of the sorted ids (FedScale cycles through its profiles the same way).
+
+The pickles are read with an unpickler that loads plain data only (mappings, lists,
+numbers, strings, numpy scalars): a pickle that names any other class is refused, so no
+code in the file runs. A JSON file of the same mapping is read too (``.json``).
 """
 
 from __future__ import annotations
@@ -48,6 +59,40 @@ from typing import Any, Mapping, Optional, Sequence
 from fedflex.trace import TRACE_COLUMNS
 
 
+class _PlainUnpickler(pickle.Unpickler):
+    """An unpickler that builds plain data only: any class but these few is refused."""
+
+    ALLOWED = {
+        ("collections", "OrderedDict"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+    }
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it names {module}.{name}; only plain data (mappings, numbers, lists) is loaded")
+
+
+def _read_mapping(path: str | Path, what: str) -> dict[Any, Any]:
+    """Return the non-empty mapping in a pickle or a ``.json`` file; ``what`` names the file in errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{what} {path}: no such file")
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(path.read_text(encoding="utf-8"))
+        else:
+            with path.open("rb") as fh:
+                data = _PlainUnpickler(fh).load()
+    except (OSError, ValueError, pickle.UnpicklingError, EOFError, TypeError, AttributeError, IndexError) as exc:
+        raise ValueError(f"{what} {path}: cannot be read ({exc})") from None
+    if not isinstance(data, Mapping) or not data:
+        raise ValueError(f"{what} {path}: expected a non-empty mapping of client ids")
+    return dict(data)
+
+
 def read_fedscale(path: str | Path) -> dict[Any, dict]:
     """Return the trace mapping from a pickle (FedScale's file) or a JSON file.
 
@@ -56,20 +101,36 @@ def read_fedscale(path: str | Path) -> dict[Any, dict]:
     ValueError
         For a missing or unreadable file, or one that is not a mapping of clients.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"FedScale trace {path}: no such file")
-    try:
-        if path.suffix.lower() == ".json":
-            trace = json.loads(path.read_text(encoding="utf-8"))
-        else:
-            with path.open("rb") as fh:
-                trace = pickle.load(fh)  # noqa: S301 - FedScale's format; see the module docstring
-    except (OSError, ValueError, pickle.UnpicklingError, EOFError) as exc:
-        raise ValueError(f"FedScale trace {path}: cannot be read ({exc})") from None
-    if not isinstance(trace, Mapping) or not trace:
-        raise ValueError(f"FedScale trace {path}: expected a non-empty mapping client id -> behaviour")
-    return dict(trace)
+    return _read_mapping(path, "FedScale trace")
+
+
+def read_device_profile(path: str | Path) -> list[tuple[float, float]]:
+    """Return FedScale device-capacity profiles as ``(ms per sample, kbps)`` in sorted id order.
+
+    Raises
+    ------
+    ValueError
+        For a file that cannot be read, or a client whose ``computation`` or
+        ``communication`` is not a positive finite number (named in the message).
+    """
+    devices = _read_mapping(path, "FedScale device profile")
+    out = []
+    for client in sorted(devices, key=_sort_key):
+        entry = devices[client]
+        values = [entry.get(k) if isinstance(entry, Mapping) else None for k in ("computation", "communication")]
+        if not all(_time(v) and v > 0 for v in values):
+            raise ValueError(
+                f"FedScale device profile {path}: client {client!r}: expected {{'computation': ms per sample, "
+                f"'communication': kbps}}, both positive numbers, not {_short(entry)}"
+            )
+        out.append((float(values[0]), float(values[1])))
+    return out
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` on one line, cut to ``limit`` characters."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 #: most intervals one client's repeated trace may span (a finish_time of 1e-300 s would

@@ -19,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from fedflex.checks import ConfigError
 from fedflex.config import ScenarioConfig
 from fedflex.options import ALIASES
+from fedflex.fedscale import read_device_profile
 from fedflex.trace import read_trace
 
 logger = logging.getLogger(__name__)
@@ -129,7 +130,8 @@ def load_scenario(
 
     ``path`` may also be a mapping of scenario keys (a scenario built in code, e.g.
     ``dataclasses.asdict(cfg)``): it is checked as a file's content would be, and a
-    relative ``churn.trace`` resolves against the working directory.
+    relative ``churn.trace`` or ``system.profile`` resolves against the working directory (a
+    file's own, against the file's folder).
 
     Raises
     ------
@@ -138,7 +140,7 @@ def load_scenario(
     """
     schema = OmegaConf.structured(ScenarioConfig)
     layers: list[DictConfig | ListConfig] = []
-    file_trace = None
+    file_paths: dict[str, Any] = {}  # the file's own churn.trace / system.profile: relative to the file
     if isinstance(path, Mapping):
         try:
             layers.append(OmegaConf.create(alias_mapping(path)))
@@ -150,7 +152,7 @@ def load_scenario(
         if not p.is_file():
             raise ConfigError("scenario", str(path), "no such file")
         layers.append(OmegaConf.create(alias_mapping(read_yaml(p))))
-        file_trace = OmegaConf.select(layers[0], "churn.trace", default=None)
+        file_paths = {k: OmegaConf.select(layers[0], k, default=None) for k in ("churn.trace", "system.profile")}
     overrides = alias_overrides(overrides)
     for item in overrides:
         if "=" not in item:
@@ -175,17 +177,22 @@ def load_scenario(
     cfg.validate()
     warn_unused(cfg)
     warn_measured(cfg)
-    if cfg.churn.trace:
-        from_file = (
-            path is not None and file_trace is not None and not any(o.startswith("churn.trace=") for o in overrides)
-        )
-        base = Path(path).resolve().parent if from_file and path is not None else Path.cwd()
-        cfg.churn.trace = str((base / Path(cfg.churn.trace).expanduser()).resolve())
-    if cfg.churn.kind == "trace":
-        try:
+    for key, section in (("churn.trace", cfg.churn), ("system.profile", cfg.system)):
+        name = key.split(".")[1]
+        if getattr(section, name):
+            from_file = path is not None and file_paths.get(key) and not any(o.startswith(f"{key}=") for o in overrides)
+            base = Path(path).resolve().parent if from_file and path is not None else Path.cwd()
+            setattr(section, name, str((base / Path(getattr(section, name)).expanduser()).resolve()))
+    try:
+        if cfg.churn.kind == "trace":
             read_trace(cast(str, cfg.churn.trace), cfg.num_clients)  # set: checked by validate
-        except ValueError as exc:
-            raise ConfigError("churn.trace", cfg.churn.trace, str(exc)) from None
+    except ValueError as exc:
+        raise ConfigError("churn.trace", cfg.churn.trace, str(exc)) from None
+    try:
+        if cfg.system.kind == "fedscale":
+            read_device_profile(cfg.system.profile)
+    except ValueError as exc:
+        raise ConfigError("system.profile", cfg.system.profile, str(exc)) from None
     return cfg
 
 

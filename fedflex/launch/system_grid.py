@@ -8,10 +8,12 @@ simulation's grid: it sends a round's train messages as usual (every sampled cli
 trains: the simulation computes what the clients would), then reads each reply's
 arrival time on the simulated clock,
 
-    t_c = steps_c x step_s / speed_c + (bytes down_c + bytes up_c) / bandwidth_c,
+    t_c = steps_c x step_seconds_c + (bytes down_c + bytes up_c) / bandwidth_c,
 
 with ``steps_c = client.epochs x ceil(n_c / client.batch_size)`` for the ``n_c``
-examples client c holds, and returns only the replies the server would have used: those
+examples client c holds, ``step_seconds_c = step_s / speed_c`` (``kind: lognormal``) or
+FedScale's ``3 x batch_size x ms per sample / 1000`` with bandwidth ``kbps x 1024 / 8``
+bytes/s (``kind: fedscale``, a device-capacity file: :mod:`fedflex.fedscale`), and returns only the replies the server would have used: those
 of clients that did not drop out (``dropout``), by ``deadline_s`` when set, the first
 ``keep_first`` when set. A missing reply is what a strategy sees of a node that did not
 answer: it is not aggregated and not rejected. The round's simulated time is the last
@@ -30,19 +32,29 @@ from flwr.app import Message, MessageType
 
 from fedflex import keys
 from fedflex.config import ScenarioConfig
+from fedflex.fedscale import read_device_profile
 from fedflex.launch.grid_wrapper import GridWrapper
 from fedflex.launch.metered_grid import message_bytes
 
 
+#: FedScale's augmentation factor: a training step costs about 3 forward passes
+FEDSCALE_AUGMENTATION = 3.0
+
+
 def client_profiles(cfg: ScenarioConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Return every client's compute speed (median 1) and bandwidth (bytes/s), drawn once
-    from the run's seed (``system.kind: lognormal``).
+    """Return every client's seconds per local step and bandwidth (bytes/s): drawn once from
+    the run's seed (``system.kind: lognormal``), or from a FedScale device-capacity file,
+    client ``c`` taking its ``c mod len``-th profile (``kind: fedscale``).
     """
     system = cfg.system
+    if system.kind == "fedscale":
+        devices = read_device_profile(system.profile)
+        ms, kbps = np.array([devices[c % len(devices)] for c in range(cfg.num_clients)]).T
+        return FEDSCALE_AUGMENTATION * cfg.client.batch_size * ms / 1000.0, kbps * 1024.0 / 8.0
     rng = np.random.default_rng([cfg.seed, 0x5157])
     speed = rng.lognormal(0.0, system.speed_sigma, cfg.num_clients)
     bandwidth = system.bandwidth * rng.lognormal(0.0, system.bandwidth_sigma, cfg.num_clients)
-    return speed, bandwidth
+    return system.step_s / speed, bandwidth
 
 
 def round_outcome(
@@ -97,7 +109,7 @@ class SystemGrid(GridWrapper):
     ) -> None:
         super().__init__(grid)
         self.cfg, self.client_of, self.sizes = cfg, client_of, sizes
-        self.speed, self.bandwidth = client_profiles(cfg)
+        self.step_seconds, self.bandwidth = client_profiles(cfg)
         self.batch = (0, 0)  # (server round, train batches sent in it): the dropout stream's key
         self.seconds = 0.0  # simulated seconds since the last take()
         self.stragglers: list[int] = []
@@ -106,7 +118,7 @@ class SystemGrid(GridWrapper):
     def client_seconds(self, client: int, down: int, up: int) -> float:
         """Return a client's round time for ``down`` + ``up`` bytes (the module's formula)."""
         steps = self.cfg.client.epochs * math.ceil(self.sizes.get(client, 0) / self.cfg.client.batch_size)
-        compute = steps * self.cfg.system.step_s / self.speed[client]
+        compute = steps * self.step_seconds[client]
         return compute + (down + up) / self.bandwidth[client]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: Optional[float] = None) -> Iterable[Message]:

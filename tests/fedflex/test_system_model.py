@@ -44,10 +44,11 @@ def test_the_round_closes_with_the_last_reply_the_deadline_or_the_kth_reply():
 
 @pytest.fixture
 def speeds(monkeypatch):
-    """A hand-made profile: speeds 1, 2, 0.5, 4 -> round times 0.5, 0.25, 1.0, 0.125 s."""
+    """A hand-made profile: speeds 1, 2, 0.5, 4 (0.1 s a step over them) -> round times 0.5,
+    0.25, 1.0, 0.125 s."""
 
     def profile(cfg):
-        return np.array([1.0, 2.0, 0.5, 4.0]), np.full(cfg.num_clients, cfg.system.bandwidth)
+        return 0.1 / np.array([1.0, 2.0, 0.5, 4.0]), np.full(cfg.num_clients, cfg.system.bandwidth)
 
     monkeypatch.setattr(system_grid, "client_profiles", profile)
 
@@ -124,3 +125,66 @@ def test_a_resumed_run_draws_the_same_dropouts_as_an_uninterrupted_one(tmp_path)
         return [(r["dropouts"], r["sim_clock_s"]) for r in map(json.loads, lines)]
 
     assert rows("r") == rows("full") and any(d for d, _ in rows("full"))
+
+
+class _RunsCode:
+    """Pickles as a call of os.system: what an unpickler must not run."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_fedscale_device_profile_times_each_client_as_fedscale_does(tmp_path):
+    import pickle
+
+    from fedflex.config import ConfigError
+    from fedflex.loader import load_scenario
+
+    # Prepare: two profiles, cycled over the 4 clients (0, 2 -> id 1; 1, 3 -> id 2). A step
+    # of 10 examples is 3 x 10 x ms / 1000 s: 0.06 s at 2 ms, 0.24 s at 8 ms; 5 steps each:
+    # 0.3 s and 1.2 s. 8 kbps is 1,024 bytes/s; 1e12 kbps makes the messages free
+    profile = tmp_path / "client_device_capacity"
+    profile.write_bytes(
+        pickle.dumps({2: {"computation": 8.0, "communication": 1e12}, 1: {"computation": 2.0, "communication": 1e12}})
+    )
+    overrides = [*BASE, "system.kind=fedscale", f"system.profile={profile}"]
+    cfg = load_scenario(QUICKSTART, overrides)
+    steps, _ = system_grid.client_profiles(cfg)
+    assert steps == pytest.approx([0.06, 0.24, 0.06, 0.24])
+    eight = tmp_path / "eight.json"
+    eight.write_text('{"7": {"computation": 1, "communication": 8}}')
+    _, bandwidth = system_grid.client_profiles(
+        load_scenario(QUICKSTART, [*BASE, "system.kind=fedscale", f"system.profile={eight}"])
+    )
+    assert list(bandwidth) == [1024.0] * 4
+    # Execute: a 0.5 s deadline
+    run = fedflex.run(QUICKSTART, [*overrides, "system.deadline_s=0.5"])
+    # Assert: clients 1 and 3 (1.2 s) straggle, every round closes at the deadline
+    assert [r["stragglers"] for r in run.rows] == [[1, 3], [1, 3]]
+    assert [sorted(r["sampled"]) for r in run.rows] == [[0, 2], [0, 2]]
+    assert [r["sim_clock_s"] for r in run.rows] == pytest.approx([0.5, 1.0], abs=1e-3)
+    assert fedflex.run(QUICKSTART, overrides).rows[0]["sim_round_s"] == pytest.approx(1.2, abs=1e-3)
+    # and a profile that is not one, or a pickle that would run code, is refused at load
+    eight.write_text('{"7": {"computation": -1, "communication": 8}}')
+    with pytest.raises(ConfigError, match=r"client '7': expected \{'computation'"):
+        load_scenario(QUICKSTART, [*BASE, "system.kind=fedscale", f"system.profile={eight}"])
+    profile.write_bytes(pickle.dumps({1: _RunsCode(tmp_path / "ran")}))
+    with pytest.raises(ConfigError, match="names posix.system; only plain data"):
+        load_scenario(QUICKSTART, overrides)
+    assert not (tmp_path / "ran").exists()
+    with pytest.raises(ConfigError, match="system.profile"):
+        load_scenario(QUICKSTART, [*BASE, "system.kind=fedscale"])
+
+
+def test_a_scenario_files_profile_path_is_relative_to_the_file(tmp_path, monkeypatch):
+    from fedflex.loader import load_scenario
+
+    (tmp_path / "cap.json").write_text('{"1": {"computation": 1, "communication": 8}}')
+    (tmp_path / "s.yaml").write_text("system: {kind: fedscale, profile: cap.json}\n")
+    monkeypatch.chdir(Path(__file__).parent)
+    assert load_scenario(tmp_path / "s.yaml").system.profile == str((tmp_path / "cap.json").resolve())
