@@ -18,8 +18,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from fedflex.checks import ConfigError
 from fedflex.config import ScenarioConfig
-from fedflex.options import ALIASES
 from fedflex.fedscale import read_device_profile
+from fedflex.options import ALIASES
 from fedflex.trace import read_trace
 
 logger = logging.getLogger(__name__)

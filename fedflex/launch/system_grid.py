@@ -13,10 +13,11 @@ arrival time on the simulated clock,
 with ``steps_c = client.epochs x ceil(n_c / client.batch_size)`` for the ``n_c``
 examples client c holds, ``step_seconds_c = step_s / speed_c`` (``kind: lognormal``) or
 FedScale's ``3 x batch_size x ms per sample / 1000`` with bandwidth ``kbps x 1024 / 8``
-bytes/s (``kind: fedscale``, a device-capacity file: :mod:`fedflex.fedscale`), and returns only the replies the server would have used: those
-of clients that did not drop out (``dropout``), by ``deadline_s`` when set, the first
-``keep_first`` when set. A missing reply is what a strategy sees of a node that did not
-answer: it is not aggregated and not rejected. The round's simulated time is the last
+bytes/s (``kind: fedscale``, a device-capacity file: :mod:`fedflex.fedscale`), and
+returns only the replies the server would have used: those of clients that did not drop
+out (``dropout``), by ``deadline_s`` when set, the first ``keep_first`` when set. A
+missing reply is what a strategy sees of a node that did not answer: it is not
+aggregated and not rejected. The round's simulated time is the last
 kept reply's arrival (the deadline, when clients missed it). Other messages (queries,
 probes, evaluations) pass through and take no simulated time. :class:`SystemClock`, a
 round observer, puts the round's figures into its row.
@@ -35,7 +36,6 @@ from fedflex.config import ScenarioConfig
 from fedflex.fedscale import read_device_profile
 from fedflex.launch.grid_wrapper import GridWrapper
 from fedflex.launch.metered_grid import message_bytes
-
 
 #: FedScale's augmentation factor: a training step costs about 3 forward passes
 FEDSCALE_AUGMENTATION = 3.0
