@@ -7,6 +7,8 @@ messages and build replies the same way.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 from collections import OrderedDict
 from typing import Any, Callable, Mapping, Optional, cast
@@ -18,7 +20,7 @@ from fedflex import keys
 from fedflex.arrays import array_to_numpy, numpy_to_record
 from fedflex.clients.rules import LOCAL_RULES, RuleInput, RuleOutput
 from fedflex.clients.runtime import Task, get_task
-from fedflex.clients.train import TrainSettings, drawn_settings
+from fedflex.clients.train import TrainSettings, drawn_settings, num_steps
 from fedflex.config import ClientConfig, LocalRuleConfig
 from fedflex.records import from_record
 from fedflex.taskspec import TaskSpec
@@ -136,6 +138,7 @@ def rule_input(msg: Message, context: Context, task: Task, payload: Optional[dic
     indices = task.client_indices(pid)
     sent = settings_from_config(config, loss=task.loss)
     settings = drawn_settings(sent, seed=seed, server_round=server_round, client=pid, num_examples=len(indices))
+    settings = capped_settings(settings, config, pid, len(indices))
     drawn = {}
     if settings is not sent:  # client.epochs_range / batch_size_range on: report what was drawn
         drawn = {keys.LOCAL_EPOCHS: settings.epochs, keys.LOCAL_BATCH_SIZE: settings.batch_size}
@@ -152,6 +155,18 @@ def rule_input(msg: Message, context: Context, task: Task, payload: Optional[dic
         options=options,
         drawn=drawn,
     )
+
+
+def capped_settings(settings: TrainSettings, config: Mapping[str, Any], client: int, n: int) -> TrainSettings:
+    """Return ``settings`` cut to the local steps the server allows this client this round
+    (``step-caps``, ``system.partial``: the first steps of its planned batches, those that
+    fit the round's deadline); unchanged without a cap or when it does not bind.
+    """
+    caps = config.get(keys.STEP_CAPS)
+    cap = json.loads(str(caps)).get(str(client)) if caps else None
+    if cap is None or int(cap) >= num_steps(n, settings):
+        return settings
+    return dataclasses.replace(settings, steps=int(cap))
 
 
 def rule_name(msg: Message) -> str:

@@ -943,8 +943,11 @@ class SystemConfig:
     bandwidth. The server waits for every reply, or until ``deadline_s`` (replies later
     than it are stragglers: missing, not rejected), or for the first ``keep_first``;
     ``dropout`` is the chance that a sampled client drops out mid-round (its reply is
-    missing too). Rows get ``sim_round_s`` and ``sim_clock_s``, and the ids of the
-    ``stragglers`` and ``dropouts`` (:mod:`fedflex.launch.system_grid`).
+    missing too). ``partial`` (with a deadline; FLGo's completeness, FedNova's variable
+    local work): a client whose planned steps would miss the deadline trains the first
+    steps of them that fit, and its reply counts; without it, it is a straggler. Rows get
+    ``sim_round_s`` and ``sim_clock_s``, and the ids of the ``stragglers``, ``dropouts``
+    and (``partial``) ``partial`` clients (:mod:`fedflex.launch.system_grid`).
 
     ``kind: lognormal``: speeds and bandwidths are log-normal with median 1 and
     ``bandwidth`` bytes/s, log-sigmas ``speed_sigma`` and ``bandwidth_sigma`` (FLGo's and
@@ -965,6 +968,7 @@ class SystemConfig:
     deadline_s: float = 0.0
     keep_first: int = 0
     dropout: float = 0.0
+    partial: bool = False
 
     def validate(self, path: str) -> None:
         """Check this section's values; raise :class:`ConfigError` naming the key under ``path``."""
@@ -978,6 +982,8 @@ class SystemConfig:
         _num(path, "deadline_s", self.deadline_s, ge=0)
         _num(path, "keep_first", self.keep_first, ge=0)
         _num(path, "dropout", self.dropout, ge=0, lt=1)
+        if self.partial and not self.deadline_s:
+            raise ConfigError(f"{path}.partial", self.partial, "cuts local work to a deadline: set deadline_s > 0")
 
 
 @dataclass

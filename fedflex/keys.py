@@ -40,6 +40,7 @@ FEDNOVA_TAU = "fednova-tau"  # FedNova: local steps tau_i
 FEDNOVA_A_NORM = "fednova-a-norm"  # FedNova: ||a_i||_1 (tau_i for plain SGD)
 LOCAL_EPOCHS = "local-epochs"  # client.epochs_range / batch_size_range on: the epochs this client drew
 LOCAL_BATCH_SIZE = "local-batch-size"  # ... and its batch size (both sent when either option is on)
+STEP_CAPS = "step-caps"  # system.partial: JSON {client id: local steps that fit the deadline}, capped clients only
 
 # node_config keys (SuperNode side)
 NODE_PARTITION_ID = "partition-id"

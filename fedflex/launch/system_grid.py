@@ -25,13 +25,15 @@ round observer, puts the round's figures into its row.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Callable, Iterable, Optional, cast
 
 import numpy as np
-from flwr.app import Message, MessageType
+from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 
 from fedflex import keys
+from fedflex.clients.train import TrainSettings, drawn_settings, num_steps
 from fedflex.config import ScenarioConfig
 from fedflex.fedscale import read_device_profile
 from fedflex.launch.grid_wrapper import GridWrapper
@@ -81,6 +83,39 @@ def round_outcome(
     return sorted(kept_ids), stragglers, float(seconds)
 
 
+#: system.partial budgets a reply at the train message's size plus this share and these bytes
+REPLY_MARGIN = 0.01
+REPLY_SLACK_BYTES = 4096
+
+
+def reported_steps(reply: Message) -> Optional[int]:
+    """Return the local steps a reply says its client took (``num-steps``), or None."""
+    for record in reply.content.metric_records.values():
+        if keys.NUM_STEPS in record:
+            return int(cast(int, record[keys.NUM_STEPS]))
+    return None
+
+
+def _tell_caps(messages: list[Message], caps: dict[int, int]) -> None:
+    """Add the step caps to the messages' config (``step-caps``), keeping messages that
+    shared one content sharing its copy (the cohort grid packs only those).
+    """
+    text = json.dumps({str(c): k for c, k in sorted(caps.items())})
+    copies: dict[int, RecordDict] = {}
+    for m in messages:
+        if keys.CONFIG not in m.content.config_records:
+            continue
+        if id(m.content) not in copies:
+            content = RecordDict()
+            for name, record in m.content.items():
+                content[name] = record
+            config = ConfigRecord(dict(m.content.config_records[keys.CONFIG]))
+            config[keys.STEP_CAPS] = text
+            content[keys.CONFIG] = config
+            copies[id(m.content)] = content
+        m.content = copies[id(m.content)]
+
+
 def _round_of(message: Message) -> int:
     """Return the server round a train message belongs to (its config's ``server-round``; 0 if none)."""
     for record in message.content.config_records.values():
@@ -114,20 +149,54 @@ class SystemGrid(GridWrapper):
         self.seconds = 0.0  # simulated seconds since the last take()
         self.stragglers: list[int] = []
         self.dropouts: list[int] = []
+        self.partial: list[int] = []  # system.partial: clients whose cut work was kept
+        self.settings = TrainSettings.from_client(cfg.client)
 
-    def client_seconds(self, client: int, down: int, up: int) -> float:
-        """Return a client's round time for ``down`` + ``up`` bytes (the module's formula)."""
-        steps = self.cfg.client.epochs * math.ceil(self.sizes.get(client, 0) / self.cfg.client.batch_size)
-        compute = steps * self.step_seconds[client]
-        return compute + (down + up) / self.bandwidth[client]
+    def planned_steps(self, client: int, server_round: int) -> int:
+        """Return the local steps ``client`` plans in ``server_round``: its epochs over its
+        batches, or ``client.steps``, with the epochs and batch size it draws under
+        ``client.epochs_range`` / ``batch_size_range`` (the client's own draw).
+        """
+        n = self.sizes.get(client, 0)
+        drawn = drawn_settings(
+            self.settings, seed=self.cfg.seed, server_round=server_round, client=client, num_examples=n
+        )
+        return num_steps(n, drawn)
+
+    def client_seconds(self, client: int, down: int, up: int, steps: int) -> float:
+        """Return a client's round time for ``steps`` local steps and ``down`` + ``up`` bytes (the module's formula)."""
+        return steps * self.step_seconds[client] + (down + up) / self.bandwidth[client]
+
+    def step_caps(self, messages: list[Message], server_round: int) -> dict[int, int]:
+        """``system.partial``: client -> the local steps that fit the deadline, for each
+        sampled client whose planned steps do not (and that fits at least one). Its reply is
+        budgeted at the train message's size plus :data:`REPLY_MARGIN` and
+        :data:`REPLY_SLACK_BYTES` (a reply carries the model back, and its metrics).
+        """
+        caps = {}
+        for m in messages:
+            client = self.client_of(m.metadata.dst_node_id)
+            if client is None:
+                continue
+            down = message_bytes(m)
+            reply = down * (1 + REPLY_MARGIN) + REPLY_SLACK_BYTES
+            budget = self.cfg.system.deadline_s - (down + reply) / self.bandwidth[client]
+            fit = math.floor(budget / self.step_seconds[client]) if budget > 0 else 0
+            if 1 <= fit < self.planned_steps(client, server_round):
+                caps[client] = fit
+        return caps
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: Optional[float] = None) -> Iterable[Message]:
         """Send ``messages``; of a train round's replies, return those the server would use in time."""
         messages = list(messages)
+        train = bool(messages) and all(m.metadata.message_type == MessageType.TRAIN for m in messages)
+        server_round = _round_of(messages[0]) if train else 0
+        caps = self.step_caps(messages, server_round) if train and self.cfg.system.partial else {}
+        if caps:
+            _tell_caps(messages, caps)
         replies = list(self.grid.send_and_receive(messages, timeout=timeout))
-        if not messages or any(m.metadata.message_type != MessageType.TRAIN for m in messages):
+        if not train:
             return replies
-        server_round = _round_of(messages[0])
         self.batch = (server_round, self.batch[1] + 1 if self.batch[0] == server_round else 0)
         system = self.cfg.system
         down = {m.metadata.message_id: (m.metadata.dst_node_id, message_bytes(m)) for m in messages}
@@ -140,7 +209,9 @@ class SystemGrid(GridWrapper):
             if client is None or reply.has_error():
                 passed.append(reply)
                 continue
-            times[client] = self.client_seconds(client, sent, message_bytes(reply))
+            steps = reported_steps(reply)
+            steps = self.planned_steps(client, server_round) if steps is None else steps
+            times[client] = self.client_seconds(client, sent, message_bytes(reply), steps)
             reply_of[client] = reply
         rng = np.random.default_rng([self.cfg.seed, 0xD809, *self.batch])  # a resumed run draws the same
         dropped = {c for c in sorted(times) if rng.random() < system.dropout}
@@ -148,12 +219,15 @@ class SystemGrid(GridWrapper):
         self.seconds += seconds
         self.stragglers += stragglers
         self.dropouts += sorted(dropped)
+        self.partial += [c for c in kept if c in caps]
         return [*passed, *(reply_of[c] for c in kept)]
 
     def take(self) -> dict[str, Any]:
         """Return the figures since the last call (a row's), and start again."""
         out = {"sim_round_s": round(self.seconds, 6), "stragglers": self.stragglers, "dropouts": self.dropouts}
-        self.seconds, self.stragglers, self.dropouts = 0.0, [], []
+        if self.cfg.system.partial:
+            out["partial"] = self.partial
+        self.seconds, self.stragglers, self.dropouts, self.partial = 0.0, [], [], []
         return out
 
 

@@ -37,6 +37,7 @@ def test_deploy_local_with_tls_and_auth_completes_rounds(tmp_path):
         "--auth",
         str(QUICKSTART),
         *tiny_overrides(2, rounds=2),
+        "evaluation.per_client=all",
         "--out",
         str(out),
         "--workdir",
@@ -59,6 +60,12 @@ def test_deploy_local_with_tls_and_auth_completes_rounds(tmp_path):
     assert [r["round"] for r in rows] == [1, 2]
     assert all(r["online"] == [0, 1] and r["sampled"] == [0, 1] and r["failed"] == [] for r in rows)
     assert rows[-1]["test_accuracy"] is not None
+    # a deployment evaluates per client and per class as a simulation does: both clients'
+    # accuracies, their mean, and one accuracy per class
+    pairs = rows[-1]["client_accuracy"]
+    assert [c for c, _ in pairs] == [0, 1]
+    assert rows[-1]["client_accuracy_mean"] == pytest.approx(sum(a for _, a in pairs) / 2, abs=1e-6)
+    assert len(rows[-1]["class_accuracy"]) == 10  # Synthetic(1, 1): 10 classes
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
     lines = (workdir / "logs" / "superlink.log").read_text().splitlines()
     started = [line for line in lines if line.startswith("### ")]

@@ -188,3 +188,30 @@ def test_a_scenario_files_profile_path_is_relative_to_the_file(tmp_path, monkeyp
     (tmp_path / "s.yaml").write_text("system: {kind: fedscale, profile: cap.json}\n")
     monkeypatch.chdir(Path(__file__).parent)
     assert load_scenario(tmp_path / "s.yaml").system.profile == str((tmp_path / "cap.json").resolve())
+
+
+@pytest.mark.parametrize("vectorize", ["off", "on"])
+def test_partial_work_cuts_a_slow_clients_steps_to_the_deadline(speeds, vectorize):
+    # Prepare: steps of 0.1, 0.05, 0.2, 0.025 s, 5 planned each (0.5, 0.25, 1.0, 0.125 s);
+    # a 0.45 s deadline fits 4 of client 0's steps (0.4 s) and 2 of client 2's (0.4 s)
+    overrides = [*BASE, "system.deadline_s=0.45", f"simulation.vectorize={vectorize}"]
+    # Execute
+    partial = fedflex.run(QUICKSTART, [*overrides, "system.partial=true"]).rows[0]
+    whole = fedflex.run(QUICKSTART, overrides).rows[0]
+    # Assert: with partial work every reply counts and the round closes at 0.4 s, which
+    # only cut work explains (a whole round of client 0 or 2 would arrive after 0.45 s)
+    assert partial["partial"] == [0, 2] and partial["stragglers"] == [] and sorted(partial["sampled"]) == [0, 1, 2, 3]
+    assert partial["sim_round_s"] == pytest.approx(0.4, abs=1e-3)
+    assert whole["stragglers"] == [0, 2] and "partial" not in whole
+    assert whole["sim_round_s"] == pytest.approx(0.45, abs=1e-3)
+
+
+def test_the_clock_reads_the_steps_a_client_reports(speeds):
+    # client.steps=3 (not epochs x batches = 5): 3 x 0.2 s for the slowest, client 2
+    run = fedflex.run(QUICKSTART, [*BASE, "client.steps=3", "rounds=1"])
+    assert run.rows[0]["sim_round_s"] == pytest.approx(0.6, abs=1e-3)
+
+
+def test_partial_work_needs_a_deadline():
+    with pytest.raises(fedflex.ConfigError, match="system.partial"):
+        fedflex.run(QUICKSTART, [*BASE, "system.partial=true"])
