@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import json
 import math
 from collections import Counter
@@ -33,6 +34,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
+from fedflex.config import ScenarioConfig
 from fedflex.loader import alias_mapping
 from fedflex.results import (
     read_metrics,
@@ -134,9 +136,17 @@ def load_run(path: Path) -> Run:
         raise StudyError(f"{path}/metrics.jsonl cannot be read ({exc})") from None
     rows = [r for r in rows if r.get("phase", "train") == "train"]
     point, order = sweep_point(Path(path))
-    # a run of the first release saved the flat option keys: read them in the new places
-    flat = flatten(alias_mapping(config, warn=False) if isinstance(config, dict) else {})
+    # a run of the first release saved the flat option keys: read them in the new places; an
+    # option added after the run reads as its default (as a sweep reads it), so that runs of
+    # one configuration made before and after group together
+    flat = {**default_config(), **flatten(alias_mapping(config, warn=False) if isinstance(config, dict) else {})}
     return Run(Path(path), flat, rows, read_summary(path), run_state(path), point, order)
+
+
+@functools.lru_cache(maxsize=1)
+def default_config() -> dict[str, Any]:
+    """Return the default scenario's flat keys and values."""
+    return flatten(dataclasses.asdict(ScenarioConfig()))
 
 
 def sweep_point(path: Path) -> tuple[dict[str, str], tuple[str, int]]:

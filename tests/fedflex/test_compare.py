@@ -472,3 +472,17 @@ def test_simulated_seconds_to_target_come_from_the_rows_clock(tmp_path):
     # Assert
     assert (row["sim_s_to_target_mean"], row["sim_s_to_target_reached"]) == (7.0, 2)
     assert "| simulated s to 0.555 |" in text and "7.0 ± 7.1, median 7 (2/2)" in text
+
+
+def test_a_run_from_before_an_option_existed_groups_with_its_default(tmp_path):
+    # Prepare: two seeds of one configuration; the first run's config.yaml predates
+    # system.partial (the key is missing), the second holds its default
+    for seed in (0, 1):
+        _write_run(tmp_path / f"s{seed}", "uniform", seed, _curve(0.5))
+    config = tmp_path / "s0" / "config.yaml"
+    config.write_text(config.read_text().replace("  partial: false\n", ""))
+    assert "partial" not in config.read_text()
+    # Execute
+    rows = compare([tmp_path])
+    # Assert: one group of both seeds, not one group per spelling of the default
+    assert [r["n"] for r in rows] == [2]
