@@ -54,7 +54,7 @@ import math
 import pickle
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, cast
 
 from fedflex.trace import TRACE_COLUMNS
 
@@ -118,12 +118,12 @@ def read_device_profile(path: str | Path) -> list[tuple[float, float]]:
     for client in sorted(devices, key=_sort_key):
         entry = devices[client]
         values = [entry.get(k) if isinstance(entry, Mapping) else None for k in ("computation", "communication")]
-        if not all(_time(v) and v > 0 for v in values):
+        if not all(_time(v) and cast(float, v) > 0 for v in values):
             raise ValueError(
                 f"FedScale device profile {path}: client {client!r}: expected {{'computation': ms per sample, "
                 f"'communication': kbps}}, both positive numbers, not {_short(entry)}"
             )
-        out.append((float(values[0]), float(values[1])))
+        out.append((float(cast(float, values[0])), float(cast(float, values[1]))))
     return out
 
 
