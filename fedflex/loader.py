@@ -9,6 +9,7 @@ errors become one-line :class:`~fedflex.checks.ConfigError` s naming the key.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, cast
@@ -17,7 +18,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from fedflex.checks import ConfigError
-from fedflex.config import ScenarioConfig
+from fedflex.config import SamplerConfig, ScenarioConfig, StrategyConfig
 from fedflex.fedscale import read_device_profile
 from fedflex.options import ALIASES
 from fedflex.trace import read_trace
@@ -123,6 +124,33 @@ def alias_overrides(overrides: Iterable[str]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- loading
+def scenario_schema() -> type[ScenarioConfig]:
+    """Return the scenario's dataclass: :class:`ScenarioConfig`, its ``strategy.sampler``
+    extended by the options section of each registered sampler it does not declare (a
+    sampler added by its module and its line in :data:`strategies.build.SAMPLERS`).
+    """
+    from fedflex.strategies.build import extra_sections  # the part registry
+
+    extra = extra_sections()
+    return _extended(tuple(sorted(extra.items()))) if extra else ScenarioConfig
+
+
+@functools.lru_cache(maxsize=8)
+def _extended(sections: tuple[tuple[str, type], ...]) -> type[ScenarioConfig]:
+    """Return subclasses of the scenario's dataclasses whose sampler section has ``sections``."""
+    sampler = dataclasses.make_dataclass(
+        "SamplerConfig",
+        [(name, cls, dataclasses.field(default_factory=cls)) for name, cls in sections],
+        bases=(SamplerConfig,),
+    )
+    strategy = dataclasses.make_dataclass(
+        "StrategyConfig", [("sampler", sampler, dataclasses.field(default_factory=sampler))], bases=(StrategyConfig,)
+    )
+    return dataclasses.make_dataclass(
+        "ScenarioConfig", [("strategy", strategy, dataclasses.field(default_factory=strategy))], bases=(ScenarioConfig,)
+    )
+
+
 def load_scenario(
     path: Optional[str | Path | Mapping[str, Any]] = None, overrides: Iterable[str] = ()
 ) -> ScenarioConfig:
@@ -138,7 +166,7 @@ def load_scenario(
     ConfigError
         For an unknown key, a wrong type, a bad value or an unreadable file.
     """
-    schema = OmegaConf.structured(ScenarioConfig)
+    schema = OmegaConf.structured(scenario_schema())
     layers: list[DictConfig | ListConfig] = []
     file_paths: dict[str, Any] = {}  # the file's own churn.trace / system.profile: relative to the file
     if isinstance(path, Mapping):

@@ -104,7 +104,10 @@ class HiCSOptions(MethodOptions):
     (``bias`` with ``variant: authors``; docs/hics-fl.md). ``temperature`` unset: the
     estimate's default (:data:`DEFAULT_TEMPERATURE`). ``refresh``: ``every-round`` (the
     paper) or ``frozen`` (the warm-up estimate kept, the authors' code); unset follows
-    ``variant``.
+    ``variant``. ``explore_tries``: a client without an estimate (it never replied) is
+    explored first at most that many times, then no longer drawn (null: until it
+    replies; a client that never does, a straggler past every deadline or a node that
+    always fails, would take an exploration slot every round).
     """
 
     PARTS: ClassVar[tuple[str, ...]] = ("hics",)
@@ -118,6 +121,7 @@ class HiCSOptions(MethodOptions):
     departed: str = "keep"
     variant: str = "paper"
     ward: str = "exact"
+    explore_tries: Optional[int] = None  # null: a client without an estimate is explored until it replies
 
     def validate(self, path: str) -> None:
         """Check the values (a :class:`~fedflex.checks.ConfigError` names ``path``.field)."""
@@ -132,6 +136,7 @@ class HiCSOptions(MethodOptions):
         choice(path, "departed", self.departed, ("keep", "drop"))
         choice(path, "variant", self.variant, ("paper", "authors"))
         choice(path, "ward", self.ward, WARD_MODES)
+        number(path, "explore_tries", self.explore_tries, ge=1, optional=True)
 
     def resolved_estimate(self) -> str:
         """Return the estimate, unset following ``variant``."""
@@ -241,7 +246,10 @@ class AwareOptions(MethodOptions):
     ``enabled``: the plug-in around a server optimiser (:data:`AWARE_BASES`; aggregator
     ``fedaware`` is AWARE already). ``normalize``: solve and step with m_i / ||m_i|| (the
     authors' code). ``rescale`` (fedaware): scale the direction to the mean norm of this
-    round's uploads. ``warmup``: FedAvg until every online client has a momentum.
+    round's uploads. ``warmup``: FedAvg until every online client has a momentum;
+    ``warmup_rounds``: for at most that many aggregations (null: however many that takes,
+    the paper; a client that is online but never replies, a straggler past a deadline,
+    would otherwise hold the warm-up, and so FedAvg, for the whole run).
     ``solver``: ``frank-wolfe`` (the authors') or ``away-steps`` (stops at the relative
     duality gap ``gap_tol``); ``iters`` caps it (unset: :data:`AWARE_SOLVER_ITERS`),
     ``tol`` is Frank-Wolfe's threshold on ||delta lambda||_1. ``memory``: momenta of the
@@ -261,6 +269,7 @@ class AwareOptions(MethodOptions):
     normalize: bool = False
     rescale: bool = False
     warmup: bool = True
+    warmup_rounds: Optional[int] = None  # at most this many warm-up aggregations (null: until all have one)
     iters: Optional[int] = None  # unset: 250 (frank-wolfe, the authors'), 10,000 (away-steps)
     tol: float = 1e-5
     solver: str = "frank-wolfe"
@@ -283,6 +292,7 @@ class AwareOptions(MethodOptions):
         number(path, "layers", self.layers, ge=1)
         choice(path, "departed", self.departed, AWARE_DEPARTED)
         number(path, "max_age", self.max_age, ge=0, optional=True)
+        number(path, "warmup_rounds", self.warmup_rounds, ge=0, optional=True)
 
     def solver_iters(self) -> int:
         """Return the iteration cap, unset following the solver."""

@@ -12,7 +12,7 @@ from fedflex.strategies.fedcm_strategy import FedCM
 from fedflex.strategies.fedcor_strategy import FedCor
 from fedflex.strategies.feddyn_strategy import FedDyn
 from fedflex.strategies.fednova_strategy import FedNova
-from fedflex.strategies.flower_strategy import FlowerStrategy
+from fedflex.strategies.flower_strategy import FlowerStrategy, SamplerStrategy
 from fedflex.strategies.hics_strategy import HiCSFL
 from fedflex.strategies.powd_strategy import PowerOfChoice
 from fedflex.strategies.scaffold_strategy import SCAFFOLD
@@ -35,5 +35,6 @@ __all__ = [
     "FlowerStrategy",
     "HiCSFL",
     "PowerOfChoice",
+    "SamplerStrategy",
     "SessionAware",
 ]

@@ -66,6 +66,8 @@ class UniformSampler(Sampler):
     """
 
     name = "uniform"
+    OPTIONS = UniformOptions
+    SEED_OFFSET = 1
 
     def __init__(self, seed: int, options: Optional[UniformOptions] = None, **fields: Any) -> None:
         self.rng = np.random.default_rng(seed)

@@ -2,24 +2,28 @@
 
 The registries :data:`SAMPLERS`, :data:`AGGREGATORS`, :data:`INITIALIZERS` and
 :data:`SERVER_RULES` are the one place that names the server's parts: each maps the
-value of ``strategy.<part>.name`` to the part's constructor (the core config lists no
-names). A method is a choice of one name per part; a new part is its module plus one
-line here (a local rule's client half has its line in ``clients/rules.py``
-``LOCAL_RULES``). :func:`check_parts`, which the composition root runs right after
+value of ``strategy.<part>.name`` to the part (the core config lists no names).
+:data:`SAMPLERS` holds sampler classes, each its own spec (name, options class and
+section, seed offset, DP note, :meth:`~strategies.parts.Sampler.build`): the seed
+offsets, the options sections a scenario may hold (:func:`extra_sections`) and the
+named strategy :class:`~strategies.composed_strategy.Composed` are derived from it; the
+others map a name to a constructor. A method is a choice of one name per part; a new
+part is its module plus one line here (a local rule's client half has its line in
+``clients/rules.py`` ``LOCAL_RULES``). :func:`check_parts`, which the composition root runs right after
 loading a scenario, refuses names no registry has (listing those it has) and
 combinations that cannot work together.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from logging import WARNING
 from typing import Callable, Mapping, Optional, cast
 
 from flwr.common import log
 
 from fedflex.churn import Availability, SessionTracker
-from fedflex.config import ConfigError, ScenarioConfig
+from fedflex.config import ConfigError, SamplerConfig, ScenarioConfig
 from fedflex.options import AWARE_BASES
 from fedflex.strategies.baseline import ExploreFirstSampler, FedAvgAggregator, PreviousInitializer, UniformSampler
 from fedflex.strategies.bherd import BHerdAggregator
@@ -38,7 +42,15 @@ from fedflex.strategies.optimizers import (
     FedAvgMAggregator,
     FedYogiAggregator,
 )
-from fedflex.strategies.parts import Aggregator, Initializer, ModelInfo, Sampler, ServerRule
+from fedflex.strategies.parts import (
+    PART_SEED_OFFSETS,
+    Aggregator,
+    Federation,
+    Initializer,
+    ModelInfo,
+    Sampler,
+    ServerRule,
+)
 from fedflex.strategies.powd import PowDSampler
 from fedflex.strategies.replies import MB, ReplyLimits
 from fedflex.strategies.robust import (
@@ -57,23 +69,48 @@ def _reset(cfg: ScenarioConfig) -> bool:
     return cfg.strategy.aggregator.on_model_switch == "reset"
 
 
+def registry(*classes: type[Sampler]) -> dict[str, type[Sampler]]:
+    """Return the classes by their names (``strategy.sampler.name`` values)."""
+    return {cls.name: cls for cls in classes}
+
+
+SAMPLERS: dict[str, type[Sampler]] = registry(
+    UniformSampler, HiCSSampler, PowDSampler, ClusteredSampler, DivFLSampler, FedCorSampler
+)
+
 #: each part's random generator is seeded with the scenario's seed plus its offset (kept as
-#: the first release had them: a common SeedSequence would change every run's draws)
-SEED_OFFSETS = {
-    "uniform": 1,
-    "session-aware": 3,
-    "hics": 11,
-    "pow-d": 12,
-    "clustered": 13,
-    "explore-first": 14,
-    "divfl": 15,
-    "fedcor": 16,
-}
+#: the first release had them: a common SeedSequence would change every run's draws): the
+#: samplers' own (``SEED_OFFSET``), and those of the parts no registry holds as a class
+SEED_OFFSETS = {**{name: cls.seed_offset() for name, cls in SAMPLERS.items()}, **PART_SEED_OFFSETS}
 
 
 def seed(cfg: ScenarioConfig, part: str) -> int:
     """Return the seed of part ``part``'s generator."""
     return cfg.seed + SEED_OFFSETS[part]
+
+
+def federation(cfg: ScenarioConfig, model: ModelInfo) -> Federation:
+    """Return what a scenario's parts are built for (:meth:`Sampler.build`)."""
+    return Federation(
+        num_clients=cfg.num_clients,
+        rounds=cfg.rounds,
+        clients_per_round=cast(int, cfg.strategy.sampler.clients_per_round),  # filled by validate
+        seed=cfg.seed,
+        lr=cfg.client.lr,
+        model=model,
+    )
+
+
+def extra_sections() -> dict[str, type]:
+    """Return the options sections of registered samplers that ``strategy.sampler`` does not
+    declare (a sampler added by its module and its registry line): section -> options class.
+    """
+    declared = {f.name for f in fields(SamplerConfig)}
+    return {
+        cls.section(): cls.OPTIONS
+        for cls in SAMPLERS.values()
+        if cls.OPTIONS is not None and cls.section() not in declared
+    }
 
 
 def _server_opt(cls, *sections: str):
@@ -86,28 +123,6 @@ def _server_opt(cls, *sections: str):
 
     return make
 
-
-SAMPLERS: dict[str, Callable[[ScenarioConfig, ModelInfo], Sampler]] = {
-    "uniform": lambda cfg, model: UniformSampler(seed(cfg, "uniform"), cfg.strategy.sampler.uniform),
-    "hics": lambda cfg, model: HiCSSampler(
-        options=cfg.strategy.sampler.hics,
-        bias_key=model.output_bias_key,
-        num_clients=cfg.num_clients,
-        rounds=cfg.rounds,
-        seed=seed(cfg, "hics"),
-        lr=cfg.client.lr,
-    ),
-    "pow-d": lambda cfg, model: PowDSampler(
-        seed=seed(cfg, "pow-d"),
-        options=cfg.strategy.sampler.powd,
-        clients_per_round=cfg.strategy.sampler.clients_per_round,
-    ),
-    "clustered": lambda cfg, model: ClusteredSampler(
-        seed=seed(cfg, "clustered"), options=cfg.strategy.sampler.clustered
-    ),
-    "divfl": lambda cfg, model: DivFLSampler(seed=seed(cfg, "divfl"), options=cfg.strategy.sampler.divfl),
-    "fedcor": lambda cfg, model: FedCorSampler(seed=seed(cfg, "fedcor"), options=cfg.strategy.sampler.fedcor),
-}
 
 AGGREGATORS: dict[str, Callable[[ScenarioConfig, ModelInfo], Aggregator]] = {
     # with_aware: `strategy.aggregator.aware.enabled` wraps the base in the AWARE plug-in
@@ -337,7 +352,9 @@ def check_parts(cfg: ScenarioConfig) -> None:
 
 
 def _sampler(cfg: ScenarioConfig, model: ModelInfo) -> Sampler:
-    base = SAMPLERS[cfg.strategy.sampler.name](cfg, model)
+    cls = SAMPLERS[cfg.strategy.sampler.name]
+    options = getattr(cfg.strategy.sampler, cls.section(), None) if cls.OPTIONS is not None else None
+    base = cls.build(options, federation(cfg, model))
     if cfg.strategy.sampler.explore_first:
         return ExploreFirstSampler(base, seed=seed(cfg, "explore-first"))
     return base

@@ -76,6 +76,9 @@ class ClusteredSampler(Sampler):
     """
 
     name = "clustered"
+    OPTIONS = ClusteredOptions
+    SEED_OFFSET = 13
+    DP_NOTE = "Clustered Sampling clusters the clients by their clipped, un-noised updates"
 
     def __init__(
         self,

@@ -4,16 +4,11 @@ Clustered Sampling sampler (:mod:`strategies.clustered`).
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
-from fedflex.config import SamplerConfig
-from fedflex.options import ClusteredOptions
 from fedflex.strategies.clustered import ClusteredSampler
-from fedflex.strategies.flower_strategy import Federation, FlowerStrategy, check_bool
-from fedflex.strategies.parts import Sampler
+from fedflex.strategies.flower_strategy import SamplerMethod
 
 
-class ClusteredSampling(FlowerStrategy):
+class ClusteredSampling(SamplerMethod):
     """Clustered Sampling (Fraboni et al., 2021, https://arxiv.org/abs/2105.05883) on the
     similarity of the clients' updates, the rest of the round FedAvg's. Clients: any.
 
@@ -37,24 +32,4 @@ class ClusteredSampling(FlowerStrategy):
         ...): see :class:`~strategies.flower_strategy.FlowerStrategy`.
     """
 
-    OPTIONS = {ClusteredOptions: "strategy.sampler.clustered"}
-
-    def __init__(
-        self,
-        *,
-        options: Optional[ClusteredOptions] = None,
-        explore_first: bool = SamplerConfig.explore_first,
-        num_clients: Optional[int] = None,
-        rounds: Optional[int] = None,
-        seed: int = 0,
-        lr: Optional[float] = None,
-        **kwargs: Any,
-    ) -> None:
-        check_bool("strategy.sampler.explore_first", explore_first)
-        self.explore_first = explore_first
-        super().__init__(options=options, num_clients=num_clients, rounds=rounds, seed=seed, lr=lr, **kwargs)
-
-    def build_sampler(self, federation: Federation) -> Sampler:
-        """Return the Clustered Sampling sampler (behind the explore-first draw when asked)."""
-        sampler = ClusteredSampler(seed=federation.seed_of("clustered"), options=self.option(ClusteredOptions))
-        return self.with_explore_first(sampler, federation, self.explore_first)
+    SAMPLER = ClusteredSampler

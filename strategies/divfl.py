@@ -144,6 +144,9 @@ class DivFLSampler(Sampler):
     """
 
     name = "divfl"
+    OPTIONS = DivFLOptions
+    SEED_OFFSET = 15
+    DP_NOTE = "DivFL samples by per-client update proxies (un-noised; 'ideal' proxies are extra TRAIN rounds)"
 
     def __init__(
         self, *, seed: int, options: Optional[DivFLOptions] = None, sketch_dim: int = 512, **fields: Any

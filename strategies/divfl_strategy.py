@@ -4,16 +4,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
-from fedflex.config import SamplerConfig
-from fedflex.options import DivFLOptions
 from fedflex.strategies.divfl import DivFLSampler
-from fedflex.strategies.flower_strategy import Federation, FlowerStrategy, check_bool
-from fedflex.strategies.parts import Sampler
+from fedflex.strategies.flower_strategy import SamplerMethod
 
 
-class DivFL(FlowerStrategy):
+class DivFL(SamplerMethod):
     """DivFL (Balakrishnan et al., 2022, https://openreview.net/forum?id=nwKXyFvaUm):
     greedy facility location over the clients' update proxies, the rest of the round
     FedAvg's. Clients: any (``proxies="ideal"`` sends extra TRAIN messages every round).
@@ -38,24 +33,4 @@ class DivFL(FlowerStrategy):
         ...): see :class:`~strategies.flower_strategy.FlowerStrategy`.
     """
 
-    OPTIONS = {DivFLOptions: "strategy.sampler.divfl"}
-
-    def __init__(
-        self,
-        *,
-        options: Optional[DivFLOptions] = None,
-        explore_first: bool = SamplerConfig.explore_first,
-        num_clients: Optional[int] = None,
-        rounds: Optional[int] = None,
-        seed: int = 0,
-        lr: Optional[float] = None,
-        **kwargs: Any,
-    ) -> None:
-        check_bool("strategy.sampler.explore_first", explore_first)
-        self.explore_first = explore_first
-        super().__init__(options=options, num_clients=num_clients, rounds=rounds, seed=seed, lr=lr, **kwargs)
-
-    def build_sampler(self, federation: Federation) -> Sampler:
-        """Return the DivFL sampler (behind the explore-first draw when asked)."""
-        sampler = DivFLSampler(seed=federation.seed_of("divfl"), options=self.option(DivFLOptions))
-        return self.with_explore_first(sampler, federation, self.explore_first)
+    SAMPLER = DivFLSampler

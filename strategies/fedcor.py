@@ -189,6 +189,9 @@ class FedCorSampler(Sampler):
     """
 
     name = "fedcor"
+    OPTIONS = FedCorOptions
+    SEED_OFFSET = 16
+    DP_NOTE = "FedCor samples by the clients' local losses (EVALUATE replies: not clipped, not noised)"
 
     def __init__(
         self,

@@ -4,16 +4,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
-from fedflex.config import SamplerConfig
-from fedflex.options import FedCorOptions
 from fedflex.strategies.fedcor import FedCorSampler
-from fedflex.strategies.flower_strategy import Federation, FlowerStrategy, check_bool
-from fedflex.strategies.parts import Sampler
+from fedflex.strategies.flower_strategy import SamplerMethod
 
 
-class FedCor(FlowerStrategy):
+class FedCor(SamplerMethod):
     """FedCor (Tang et al., 2022, https://arxiv.org/abs/2103.13822): a Gaussian process
     over the clients' loss changes picks who trains, the rest of the round FedAvg's.
     Clients: loss reports as for :class:`~strategies.powd_strategy.PowerOfChoice`.
@@ -38,24 +33,4 @@ class FedCor(FlowerStrategy):
         ...): see :class:`~strategies.flower_strategy.FlowerStrategy`.
     """
 
-    OPTIONS = {FedCorOptions: "strategy.sampler.fedcor"}
-
-    def __init__(
-        self,
-        *,
-        options: Optional[FedCorOptions] = None,
-        explore_first: bool = SamplerConfig.explore_first,
-        num_clients: Optional[int] = None,
-        rounds: Optional[int] = None,
-        seed: int = 0,
-        lr: Optional[float] = None,
-        **kwargs: Any,
-    ) -> None:
-        check_bool("strategy.sampler.explore_first", explore_first)
-        self.explore_first = explore_first
-        super().__init__(options=options, num_clients=num_clients, rounds=rounds, seed=seed, lr=lr, **kwargs)
-
-    def build_sampler(self, federation: Federation) -> Sampler:
-        """Return the FedCor sampler (behind the explore-first draw when asked)."""
-        sampler = FedCorSampler(seed=federation.seed_of("fedcor"), options=self.option(FedCorOptions))
-        return self.with_explore_first(sampler, federation, self.explore_first)
+    SAMPLER = FedCorSampler

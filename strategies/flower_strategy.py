@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Sequence, TypeVar, Union, cast
 
 import numpy as np
@@ -26,8 +25,8 @@ from fedflex.checks import ConfigError, number
 from fedflex.config import AggregatorConfig, ClientConfig, LocalRuleConfig
 from fedflex.options import ALIASES, MethodOptions, UniformOptions
 from fedflex.strategies.baseline import ExploreFirstSampler, FedAvgAggregator, PreviousInitializer, UniformSampler
-from fedflex.strategies.build import SEED_OFFSETS
-from fedflex.strategies.parts import Aggregator, Initializer, ModelInfo, Sampler, ServerRule
+from fedflex.strategies.build import SAMPLERS
+from fedflex.strategies.parts import Aggregator, Federation, Initializer, ModelInfo, Sampler, ServerRule
 from fedflex.strategies.strategy import FedFlex
 
 T = TypeVar("T", bound=MethodOptions)
@@ -48,40 +47,6 @@ _SET_BY_THE_STRATEGY = (
     "num_clients",
     "lr",
 )
-
-
-@dataclass(frozen=True)
-class Federation:
-    """What the parts are built for, known when the run starts.
-
-    Parameters
-    ----------
-    num_clients
-        N, the client ids 0..N-1 the per-client state is sized for.
-    rounds
-        The run's round count (HiCS-FL's annealing).
-    clients_per_round
-        K, the clients sampled per round (Power-of-Choice's warning, SessionAware's pilot).
-    seed
-        The strategy's seed; each part's generator adds its offset (:func:`seed_of`).
-    lr
-        The clients' learning rate known at the start (the app's ``train_config["lr"]``,
-        else the strategy's ``lr``, else fedflex's ``client.lr`` default): the fallback of
-        the parts that read the round's lr at run time.
-    model
-        The model's description (HiCS-FL's output-layer bias).
-    """
-
-    num_clients: int
-    rounds: int
-    clients_per_round: int
-    seed: int
-    lr: float
-    model: ModelInfo
-
-    def seed_of(self, part: str) -> int:
-        """Return the seed of part ``part``'s generator (a scenario's: :data:`strategies.build.SEED_OFFSETS`)."""
-        return self.seed + SEED_OFFSETS[part]
 
 
 def default_bias_key(arrays: "OrderedDict[str, np.ndarray]") -> Optional[str]:
@@ -217,11 +182,14 @@ class FlowerStrategy(FedFlex):
         unknown = [k for k in kwargs if k not in passed]
         if not unknown:
             return
-        own = [
-            p.name
-            for p in inspect.signature(type(self).__init__).parameters.values()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY
-        ]
+        own = list(
+            dict.fromkeys(
+                p.name
+                for cls in type(self).__mro__[: type(self).__mro__.index(FlowerStrategy) + 1]
+                for p in inspect.signature(cls.__init__).parameters.values()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY
+            )
+        )
         name = type(self).__name__
         hints = [hint for hint in (self._old_keyword(k) for k in unknown) if hint]
         raise TypeError(
@@ -263,7 +231,7 @@ class FlowerStrategy(FedFlex):
 
     def build_sampler(self, federation: Federation) -> Sampler:
         """Return the sampler: FedAvg's uniform draw unless the method replaces it."""
-        return UniformSampler(federation.seed_of("uniform"), UniformOptions())
+        return UniformSampler.build(UniformOptions(), federation)
 
     def build_aggregator(self, federation: Federation) -> Aggregator:
         """Return the aggregator: FedAvg's weighted mean unless the method replaces it."""
@@ -281,3 +249,84 @@ class FlowerStrategy(FedFlex):
     def with_explore_first(sampler: Sampler, federation: Federation, explore_first: bool) -> Sampler:
         """Return ``sampler``, behind the explore-first draw (``strategy.sampler.explore_first``) when asked."""
         return ExploreFirstSampler(sampler, seed=federation.seed_of("explore-first")) if explore_first else sampler
+
+
+class SamplerMethod(FlowerStrategy):
+    """FedAvg with the sampler class :attr:`SAMPLER` (its options class is the
+    strategy's), behind the explore-first draw when asked: the base of the named sampler
+    strategies (:class:`~strategies.hics_strategy.HiCSFL`, ...) and of
+    :class:`SamplerStrategy`.
+
+    Parameters
+    ----------
+    options : MethodOptions, optional
+        The sampler's options (``strategy.sampler.<section>``). None: the defaults.
+    explore_first : bool, default False
+        Online clients that never trained are drawn first (``strategy.sampler.explore_first``).
+    num_clients, rounds, seed, lr, **kwargs
+        As :class:`FlowerStrategy`'s.
+    """
+
+    #: the sampler class (a named strategy's; :class:`SamplerStrategy` sets it per object)
+    SAMPLER: type[Sampler] = UniformSampler
+
+    def __init__(
+        self,
+        *,
+        options: OptionsArg = None,
+        explore_first: bool = False,
+        num_clients: Optional[int] = None,
+        rounds: Optional[int] = None,
+        seed: int = 0,
+        lr: Optional[float] = None,
+        **kwargs: Any,
+    ) -> None:
+        check_bool("strategy.sampler.explore_first", explore_first)
+        self.explore_first = explore_first
+        super().__init__(options=options, num_clients=num_clients, rounds=rounds, seed=seed, lr=lr, **kwargs)
+
+    def option_classes(self) -> dict[type[MethodOptions], str]:
+        """Return the sampler's options class -> its scenario section."""
+        cls = self.SAMPLER
+        return {cls.OPTIONS: f"strategy.sampler.{cls.section()}"} if cls.OPTIONS is not None else {}
+
+    def build_sampler(self, federation: Federation) -> Sampler:
+        """Return the sampler (:meth:`~strategies.parts.Sampler.build`), behind the explore-first draw when asked."""
+        cls = self.SAMPLER
+        options = self.option(cls.OPTIONS) if cls.OPTIONS is not None else None
+        return self.with_explore_first(cls.build(options, federation), federation, self.explore_first)
+
+
+class SamplerStrategy(SamplerMethod):
+    """FedAvg with any registered sampler, by name: ``SamplerStrategy(sampler="pow-d",
+    options=PowDOptions(d=4))`` (a name of :data:`strategies.build.SAMPLERS`, the options
+    object of its class's :attr:`~strategies.parts.Sampler.OPTIONS`), behind the
+    explore-first draw when asked. A sampler added by its module and its registry line is
+    reachable here without another edit.
+
+    Parameters
+    ----------
+    sampler : str, default "uniform"
+        The sampler's name (``strategy.sampler.name``).
+    options : MethodOptions, optional
+        The sampler's options (``strategy.sampler.<section>``). None: the defaults.
+    explore_first : bool, default False
+        Online clients that never trained are drawn first (``strategy.sampler.explore_first``).
+    num_clients : int, optional
+        N; None: the nodes connected when the run starts.
+    rounds : int, optional
+        The run's round count under a loop that does not say it.
+    seed : int, default 0
+        Seeds the sampler (as a scenario's ``seed``).
+    lr : float, optional
+        The clients' learning rate, for samplers that read it.
+    **kwargs
+        Flower's FedAvg options and FedFlex's (``clients_per_round``, ``availability``,
+        ...): see :class:`FlowerStrategy`.
+    """
+
+    def __init__(self, *, sampler: str = "uniform", **kwargs: Any) -> None:
+        if sampler not in SAMPLERS:
+            raise ConfigError("strategy.sampler.name", sampler, "must be one of " + ", ".join(SAMPLERS))
+        self.SAMPLER = SAMPLERS[sampler]
+        super().__init__(**kwargs)

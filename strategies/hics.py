@@ -53,11 +53,13 @@ Churn
 Only online clients can be drawn. A client has an estimate once it has trained; the
 clusters are formed over the online clients that have one. Online clients without an
 estimate (newly arrived, failed so far, or dropped) are explored first, in random order,
-before the rule fills the remaining slots. ``departed="keep"`` keeps the estimates of
-clients that go offline (a returning client rejoins the clusters with its last
-estimate); ``"drop"`` forgets them (a returning client is explored again). The warm-up
-visits the online clients it has not visited yet; the last warm-up round may have
-fewer than K clients (Algorithm 1, ``min(K, |S_0|)``).
+before the rule fills the remaining slots; with ``explore_tries`` T, a client drawn T
+times without ever replying (a straggler past every deadline, a node that always fails)
+is no longer drawn, where it would otherwise take an exploration slot every round.
+``departed="keep"`` keeps the estimates of clients that go offline (a returning client
+rejoins the clusters with its last estimate); ``"drop"`` forgets them (a returning client
+is explored again). The warm-up visits the online clients it has not visited yet; the
+last warm-up round may have fewer than K clients (Algorithm 1, ``min(K, |S_0|)``).
 
 ``variant="authors"`` follows the authors' public code (github.com/CityChan/HiCS-FL,
 ``server/server_hics.py``) where it differs from the paper: entropy from the row means
@@ -75,13 +77,13 @@ from __future__ import annotations
 
 import math
 from logging import DEBUG
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import numpy as np
 from flwr.common import log
 
 from fedflex import keys
-from fedflex.options import HICS_ESTIMATES, HiCSOptions, resolve_options
+from fedflex.options import HICS_ESTIMATES, HiCSOptions, MethodOptions, resolve_options
 from fedflex.strategies.baseline import explore_first
 from fedflex.strategies.clustering import (
     algorithm2_distributions,
@@ -93,7 +95,7 @@ from fedflex.strategies.clustering import (
     ward_labels,
     ward_tree,
 )
-from fedflex.strategies.parts import Arrays, ClientUpdate, Sampler
+from fedflex.strategies.parts import Arrays, ClientUpdate, Federation, Sampler
 
 #: ``variant="authors"``: the entropy rule runs only below this variance of the estimates
 AUTHORS_VARIANCE_THRESHOLD = 0.1
@@ -236,6 +238,24 @@ class HiCSSampler(Sampler):
     """
 
     name = "hics"
+    OPTIONS = HiCSOptions
+    SEED_OFFSET = 11
+    DP_NOTE = (
+        "HiCS-FL's sampler estimates each client's label entropy from its clipped, un-noised "
+        "output-layer bias update and samples by it"
+    )
+
+    @classmethod
+    def build(cls, options: Optional[MethodOptions], federation: Federation) -> "HiCSSampler":
+        """Return the sampler for ``federation`` (its N, T, lr and the model's output-layer bias)."""
+        return cls(
+            options=cast(Optional[HiCSOptions], options),
+            bias_key=federation.model.output_bias_key,
+            num_clients=federation.num_clients,
+            rounds=federation.rounds,
+            seed=federation.seed_of(cls),
+            lr=federation.lr,
+        )
 
     def __init__(
         self,
@@ -274,6 +294,8 @@ class HiCSSampler(Sampler):
         self.entropies: dict[int, float] = {}  # latest estimate H_k
         self.vectors: dict[int, np.ndarray] = {}  # what the angle is taken on (db_k; authors: [dW, db])
         self.visited: set[int] = set()  # sampled during the warm-up
+        self.explore_tries = o.explore_tries
+        self.tries: dict[int, int] = {}  # times drawn without an estimate (explore_tries)
         self.sizes: dict[int, int] = {}
         self.k: Optional[int] = None  # clients per round, learnt from the first sample() call
         self._last: dict[str, Any] = {}  # this round's decision and estimates (round_metrics)
@@ -294,6 +316,20 @@ class HiCSSampler(Sampler):
             return np.zeros(0, dtype=np.int64)
         self._forget_departed(online)
         self._last = {}
+        if self.explore_tries is not None:  # clients that never replied in explore_tries draws: no longer drawn
+            online = np.array(
+                [c for c in online if int(c) in self.entropies or self.tries.get(int(c), 0) < self.explore_tries],
+                dtype=np.int64,
+            )
+            num = min(num, len(online))
+        chosen = self._choose(server_round, online, num)
+        for c in chosen:
+            if int(c) not in self.entropies:
+                self.tries[int(c)] = self.tries.get(int(c), 0) + 1
+        return chosen
+
+    def _choose(self, server_round: int, online: np.ndarray, num: int) -> np.ndarray:
+        """Return the warm-up's unvisited clients, or the unexplored ones first and the rule for the rest."""
         if server_round <= self.warmup_rounds:
             pool = np.array([c for c in online if int(c) not in self.visited], dtype=np.int64)
             if pool.size:
@@ -436,6 +472,7 @@ class HiCSSampler(Sampler):
             "entropies": {str(c): h for c, h in self.entropies.items()},
             "vectors": {str(c): v.tolist() for c, v in self.vectors.items()},
             "visited": sorted(self.visited),
+            "tries": {str(c): n for c, n in self.tries.items()},
             "sizes": {str(c): n for c, n in self.sizes.items()},
             "k": self.k,
         }
@@ -446,5 +483,6 @@ class HiCSSampler(Sampler):
         self.entropies = {int(c): float(h) for c, h in state["entropies"].items()}
         self.vectors = {int(c): np.asarray(v, dtype=np.float32) for c, v in state["vectors"].items()}
         self.visited = {int(c) for c in state["visited"]}
+        self.tries = {int(c): int(n) for c, n in state.get("tries", {}).items()}  # absent before explore_tries
         self.sizes = {int(c): int(n) for c, n in state["sizes"].items()}
         self.k = state["k"]

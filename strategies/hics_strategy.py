@@ -8,12 +8,11 @@ from typing import Any, Optional
 
 from fedflex.config import SamplerConfig
 from fedflex.options import HiCSOptions
-from fedflex.strategies.flower_strategy import Federation, FlowerStrategy, check_bool
+from fedflex.strategies.flower_strategy import SamplerMethod
 from fedflex.strategies.hics import HiCSSampler
-from fedflex.strategies.parts import Sampler
 
 
-class HiCSFL(FlowerStrategy):
+class HiCSFL(SamplerMethod):
     """HiCS-FL: heterogeneity-guided client sampling (Chen & Vikalo, 2024,
     https://arxiv.org/abs/2310.00198), the rest of the round FedAvg's.
 
@@ -53,7 +52,7 @@ class HiCSFL(FlowerStrategy):
     >>> strategy = HiCSFL(fraction_train=0.5, options=HiCSOptions(entropy_weight=5.0))
     """
 
-    OPTIONS = {HiCSOptions: "strategy.sampler.hics"}
+    SAMPLER = HiCSSampler
 
     def __init__(
         self,
@@ -67,18 +66,13 @@ class HiCSFL(FlowerStrategy):
         lr: Optional[float] = None,
         **kwargs: Any,
     ) -> None:
-        check_bool("strategy.sampler.explore_first", explore_first)
-        self.explore_first, self.bias_key = explore_first, bias_key
-        super().__init__(options=options, num_clients=num_clients, rounds=rounds, seed=seed, lr=lr, **kwargs)
-
-    def build_sampler(self, federation: Federation) -> Sampler:
-        """Return the HiCS-FL sampler (behind the explore-first draw when asked)."""
-        sampler = HiCSSampler(
-            options=self.option(HiCSOptions),
-            bias_key=federation.model.output_bias_key,
-            num_clients=federation.num_clients,
-            rounds=federation.rounds,
-            seed=federation.seed_of("hics"),
-            lr=federation.lr,
+        self.bias_key = bias_key
+        super().__init__(
+            options=options,
+            explore_first=explore_first,
+            num_clients=num_clients,
+            rounds=rounds,
+            seed=seed,
+            lr=lr,
+            **kwargs,
         )
-        return self.with_explore_first(sampler, federation, self.explore_first)

@@ -14,17 +14,19 @@ Parts work on plain numpy dicts (name -> array) and client ids (the partition id
 
 from __future__ import annotations
 
+import zlib
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from logging import WARNING
-from typing import Any, Optional, Protocol, TypeAlias
+from typing import Any, ClassVar, Optional, Protocol, TypeAlias
 
 import numpy as np
 from flwr.common import log
 
 from fedflex import keys
 from fedflex.config import LocalRuleConfig
+from fedflex.options import MethodOptions
 from fedflex.records import to_record
 
 Arrays: TypeAlias = "OrderedDict[str, np.ndarray]"
@@ -64,6 +66,48 @@ class RoundFacts:
     online: np.ndarray
     lr: Optional[float] = None
     num_rounds: Optional[int] = None
+
+
+#: the seed offsets of the parts that are no registry's class (their generators keep the
+#: first release's streams)
+PART_SEED_OFFSETS = {"session-aware": 3, "explore-first": 14}
+
+
+@dataclass(frozen=True)
+class Federation:
+    """What a part is built for, from a scenario or from a named strategy's arguments
+    when its run starts (:meth:`Sampler.build`).
+
+    Parameters
+    ----------
+    num_clients
+        N, the client ids 0..N-1 the per-client state is sized for.
+    rounds
+        The run's round count (HiCS-FL's annealing).
+    clients_per_round
+        K, the clients sampled per round (Power-of-Choice's warning, SessionAware's pilot).
+    seed
+        The run's seed; each part's generator adds its offset (:meth:`seed_of`).
+    lr
+        The clients' learning rate known at the start: the fallback of the parts that read
+        the round's lr at run time.
+    model
+        The model's description (HiCS-FL's output-layer bias).
+    """
+
+    num_clients: int
+    rounds: int
+    clients_per_round: int
+    seed: int
+    lr: float
+    model: ModelInfo
+
+    def seed_of(self, part: "str | type[Part]") -> int:
+        """Return the seed of a part's generator: the run's seed plus the part class's
+        :meth:`Part.seed_offset`, or, for a part named by a string, its
+        :data:`PART_SEED_OFFSETS` entry.
+        """
+        return self.seed + (PART_SEED_OFFSETS[part] if isinstance(part, str) else part.seed_offset())
 
 
 class RoundContext(Protocol):
@@ -109,6 +153,16 @@ class Part(ABC):  # noqa: B024 - the part types below (Sampler, ...) declare abs
 
     name: str = "part"
     ctx: Optional[RoundContext] = None
+    #: its generator's seed offset (the run's seed plus this); None: derived from the name
+    SEED_OFFSET: ClassVar[Optional[int]] = None
+    #: what Flower's DP noise does not cover of what the part computes per client
+    #: (:mod:`strategies.privacy`); None: nothing
+    DP_NOTE: ClassVar[Optional[str]] = None
+
+    @classmethod
+    def seed_offset(cls) -> int:
+        """Return :attr:`SEED_OFFSET`, or one derived from the part's name (a stream of its own)."""
+        return cls.SEED_OFFSET if cls.SEED_OFFSET is not None else 100 + zlib.crc32(cls.name.encode()) % 10_000
 
     def bind(self, ctx: RoundContext) -> None:
         """Receive the round context (called once by the strategy that owns the part)."""
@@ -184,7 +238,32 @@ class PartWrapper(Part):
 
 
 class Sampler(Part):
-    """Chooses the clients that train in a round."""
+    """Chooses the clients that train in a round.
+
+    A sampler class is also its own spec: its :attr:`name` (``strategy.sampler.name``),
+    its options class :attr:`OPTIONS` and their section under ``strategy.sampler``
+    (:meth:`section`), its seed offset and its note under differential privacy; and
+    :meth:`build` makes it from its options for a :class:`Federation`, the same way for
+    a scenario and for the named strategy :class:`~strategies.composed_strategy.Composed`.
+    A new sampler is its module plus its class in :data:`strategies.build.SAMPLERS`.
+    """
+
+    #: its options class (the section ``strategy.sampler.<section>``); None: no options
+    OPTIONS: ClassVar[Optional[type[MethodOptions]]] = None
+    #: its options' section under ``strategy.sampler``; None: the name, ``-`` read as ``_``
+    SECTION: ClassVar[Optional[str]] = None
+
+    @classmethod
+    def section(cls) -> str:
+        """Return the name of its options' section under ``strategy.sampler``."""
+        return cls.SECTION or cls.name.replace("-", "_")
+
+    @classmethod
+    def build(cls, options: Optional[MethodOptions], federation: Federation) -> "Sampler":
+        """Return the sampler for ``federation`` with ``options`` (of :attr:`OPTIONS`):
+        ``cls(seed=..., options=...)`` unless a sampler needs more.
+        """
+        return cls(seed=federation.seed_of(cls), options=options)  # type: ignore[call-arg]
 
     @abstractmethod
     def sample(self, server_round: int, online: np.ndarray, num: int) -> np.ndarray:

@@ -18,15 +18,15 @@ sampling.
 from __future__ import annotations
 
 from logging import DEBUG, INFO, WARNING
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import numpy as np
 from flwr.common import log
 
-from fedflex.options import PowDOptions, resolve_options
+from fedflex.options import MethodOptions, PowDOptions, resolve_options
 from fedflex.strategies.baseline import query_losses
 from fedflex.strategies.clustering import data_shares
-from fedflex.strategies.parts import Arrays, ClientUpdate, Sampler
+from fedflex.strategies.parts import Arrays, ClientUpdate, Federation, Sampler
 
 
 def highest_loss(candidates: np.ndarray, losses: dict[int, float], num: int) -> np.ndarray:
@@ -53,6 +53,19 @@ class PowDSampler(Sampler):
     """
 
     name = "pow-d"
+    OPTIONS = PowDOptions
+    SECTION = "powd"
+    SEED_OFFSET = 12
+    DP_NOTE = "Power-of-Choice samples by each candidate's local loss (an EVALUATE reply: not clipped, not noised)"
+
+    @classmethod
+    def build(cls, options: Optional[MethodOptions], federation: Federation) -> "PowDSampler":
+        """Return the sampler for ``federation`` (K, for the warning when d leaves no choice)."""
+        return cls(
+            seed=federation.seed_of(cls),
+            options=cast(Optional[PowDOptions], options),
+            clients_per_round=federation.clients_per_round,
+        )
 
     def __init__(
         self,

@@ -4,16 +4,11 @@ Power-of-Choice sampler (:mod:`strategies.powd`).
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
-from fedflex.config import SamplerConfig
-from fedflex.options import PowDOptions
-from fedflex.strategies.flower_strategy import Federation, FlowerStrategy, check_bool
-from fedflex.strategies.parts import Sampler
+from fedflex.strategies.flower_strategy import SamplerMethod
 from fedflex.strategies.powd import PowDSampler
 
 
-class PowerOfChoice(FlowerStrategy):
+class PowerOfChoice(SamplerMethod):
     """Power-of-Choice (Cho et al., 2020, https://arxiv.org/abs/2010.01243), the rest of
     the round FedAvg's.
 
@@ -45,28 +40,4 @@ class PowerOfChoice(FlowerStrategy):
     >>> strategy = PowerOfChoice(clients_per_round=2, options=PowDOptions(d=4))
     """
 
-    OPTIONS = {PowDOptions: "strategy.sampler.powd"}
-
-    def __init__(
-        self,
-        *,
-        options: Optional[PowDOptions] = None,
-        explore_first: bool = SamplerConfig.explore_first,
-        num_clients: Optional[int] = None,
-        rounds: Optional[int] = None,
-        seed: int = 0,
-        lr: Optional[float] = None,
-        **kwargs: Any,
-    ) -> None:
-        check_bool("strategy.sampler.explore_first", explore_first)
-        self.explore_first = explore_first
-        super().__init__(options=options, num_clients=num_clients, rounds=rounds, seed=seed, lr=lr, **kwargs)
-
-    def build_sampler(self, federation: Federation) -> Sampler:
-        """Return the Power-of-Choice sampler (behind the explore-first draw when asked)."""
-        sampler = PowDSampler(
-            seed=federation.seed_of("pow-d"),
-            options=self.option(PowDOptions),
-            clients_per_round=federation.clients_per_round,
-        )
-        return self.with_explore_first(sampler, federation, self.explore_first)
+    SAMPLER = PowDSampler

@@ -46,15 +46,10 @@ SERVER_SIDE = (DifferentialPrivacyServerSideFixedClipping, DifferentialPrivacySe
 #: Flower's DP wrappers whose clients clip (``fixedclipping_mod`` / ``adaptiveclipping_mod``)
 CLIENT_SIDE = (DifferentialPrivacyClientSideFixedClipping, DifferentialPrivacyClientSideAdaptiveClipping)
 
-#: part name -> what it computes from per-client information that the wrapper's noise does not cover
+#: part name -> what it computes from per-client information that the wrapper's noise does not
+#: cover (a sampler class says it itself: its ``DP_NOTE``)
 UNPROTECTED = {
-    "hics": "HiCS-FL's sampler estimates each client's label entropy from its clipped, un-noised "
-    "output-layer bias update and samples by it",
     "explore-first": "the sampler's schedule reads per-client updates",
-    "pow-d": "Power-of-Choice samples by each candidate's local loss (an EVALUATE reply: not clipped, not noised)",
-    "fedcor": "FedCor samples by the clients' local losses (EVALUATE replies: not clipped, not noised)",
-    "clustered": "Clustered Sampling clusters the clients by their clipped, un-noised updates",
-    "divfl": "DivFL samples by per-client update proxies (un-noised; 'ideal' proxies are extra TRAIN rounds)",
     "fedaware": "FedAWARE keeps a momentum of each client's clipped, un-noised update and weighs "
     "clients by them (the aggregate is no uniform average: its sensitivity exceeds clipping_norm / K)",
     "aware": "AWARE keeps per-client momenta of clipped, un-noised updates and weighs clients by them",
@@ -90,14 +85,20 @@ def calling_dp_wrapper(strategy: "FedFlex", depth: int = 2) -> Optional[Any]:
     return None
 
 
-def _part_names(strategy: "FedFlex") -> list[str]:
-    names = []
+def _part_notes(strategy: "FedFlex") -> list[str]:
+    """Return what each of the strategy's parts (wrapped ones included) computes per client
+    outside the noise: its class's ``DP_NOTE``, its :data:`UNPROTECTED` entry, or a
+    generic line; nothing for the :data:`PLAIN` parts.
+    """
+    notes = []
     for top in strategy.parts:
         part: Optional[Part] = top
         while part is not None:
-            names.append(part.options.name if isinstance(part, ServerRule) else part.name)
+            name = part.options.name if isinstance(part, ServerRule) else part.name
+            if name not in PLAIN:
+                notes.append(part.DP_NOTE or UNPROTECTED.get(name, f"part {name} keeps per-client state"))
             part = getattr(part, "base", None)
-    return names
+    return notes
 
 
 def check_dp_wrapper(strategy: "FedFlex", wrapper: Any, messages: list[Message]) -> None:
@@ -122,7 +123,7 @@ def check_dp_wrapper(strategy: "FedFlex", wrapper: Any, messages: list[Message])
             f"{name} cannot run inside {kind}: its train messages carry {', '.join(extra)} besides the model, "
             "and Flower's clipping mods reject a message with more than one ArrayRecord"
         )
-    notes = [UNPROTECTED.get(p, f"part {p} keeps per-client state") for p in _part_names(strategy) if p not in PLAIN]
+    notes = _part_notes(strategy)
     if notes:
         log(
             WARNING,

@@ -34,6 +34,27 @@ def test_every_options_class_names_parts_of_its_part_type():
             assert set(readers) <= set(options.PARTS)
 
 
+def test_each_sampler_class_is_the_spec_of_its_scenario_section():
+    # name, options class, section and seed offset come from the class; the scenario's
+    # strategy.sampler declares a section of that very class for every built-in sampler
+    declared = {f.name: f.type for f in dataclasses.fields(config.SamplerConfig)}
+    for name, cls in build.SAMPLERS.items():
+        assert cls.name == name and cls.OPTIONS is not None
+        assert declared[cls.section()] in (cls.OPTIONS, cls.OPTIONS.__name__)
+        assert name in cls.OPTIONS.PARTS
+        assert build.SEED_OFFSETS[name] == cls.seed_offset()
+    assert build.extra_sections() == {}
+    # the first release's seed streams are kept
+    assert {n: build.SEED_OFFSETS[n] for n in ("uniform", "hics", "pow-d", "clustered", "divfl", "fedcor")} == {
+        "uniform": 1,
+        "hics": 11,
+        "pow-d": 12,
+        "clustered": 13,
+        "divfl": 15,
+        "fedcor": 16,
+    }
+
+
 def test_every_alias_names_an_existing_new_key():
     cfg = config.ScenarioConfig()
     for old, new in ALIASES.items():

@@ -7,13 +7,15 @@ server half."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pytest
-from flwr.app import ConfigRecord
+from flwr.app import ArrayRecord, ConfigRecord
 
 from fedflex import config
-from fedflex.checks import ConfigError
+from fedflex.checks import ConfigError, number
 from fedflex.clients import rules
 from fedflex.clients.client_app import app as client_app
 from fedflex.clients.node import rule_options
@@ -22,6 +24,7 @@ from fedflex.clients.rules import SGD, RuleOutput, RuleStart, RuleSteps
 from fedflex.launch.local_grid import LocalGrid
 from fedflex.launch.server import run_server
 from fedflex.loader import load_scenario
+from fedflex.options import MethodOptions
 from fedflex.results import read_metrics
 from fedflex.strategies import build
 from fedflex.strategies.build import (
@@ -32,6 +35,8 @@ from fedflex.strategies.build import (
     build_strategy,
     check_parts,
 )
+from fedflex.strategies.flower_strategy import SamplerStrategy
+from fedflex.strategies.hics_strategy import HiCSFL
 from fedflex.strategies.parts import Sampler, ServerRule
 
 BASE = ["num_clients=4", "dataset.samples_per_client=20", "churn.kind=none", "output.progress=off"]
@@ -60,31 +65,80 @@ def test_an_unknown_name_is_refused_at_load_with_the_names_there_are(part, regis
 
 # ---------------------------------------------------------------------------- the exercise
 # A new part is its module (here: the classes in this test) plus one registry line per
-# side (here: monkeypatch.setitem); nothing else is edited, and a scenario naming it loads,
-# passes the load-time check and runs real rounds through the real ClientApp.
+# side (here: monkeypatch.setitem); nothing else is edited, and a scenario naming it (and
+# setting its option) loads, passes the load-time check and runs real rounds through the
+# real ClientApp; a sampler is then also a named Flower strategy (SamplerStrategy).
 EXERCISE = [*BASE, "rounds=2", "strategy.sampler.clients_per_round=2", "output.plots=false"]
 
 
+@dataclass
+class FirstOptions(MethodOptions):
+    """The toy sampler's one option: how many of the lowest online ids to pass over."""
+
+    PARTS: ClassVar[tuple[str, ...]] = ("first",)
+
+    skip: int = 0
+
+    def validate(self, path: str) -> None:
+        number(path, "skip", self.skip, ge=0)
+
+
 class _FirstClients(Sampler):
-    """The toy sampler's module: always the lowest online ids."""
+    """The toy sampler's module: the lowest online ids after the first ``skip``."""
 
     name = "first"
+    OPTIONS = FirstOptions
+
+    def __init__(self, seed: int, options: FirstOptions) -> None:
+        self.skip = options.skip
 
     def sample(self, server_round: int, online: np.ndarray, num: int) -> np.ndarray:
-        return np.sort(online)[:num].astype(np.int64)
+        return np.sort(online)[self.skip : self.skip + num].astype(np.int64)
 
 
 def test_a_new_sampler_is_its_module_plus_one_registry_line(tmp_path, monkeypatch, isolated_cache):
     with pytest.raises(ConfigError, match="must be one of uniform"):
         check_parts(load_scenario(None, [*EXERCISE, "strategy.sampler.name=first"]))
+    with pytest.raises(ConfigError, match="strategy.sampler.first"):
+        load_scenario(None, [*EXERCISE, "strategy.sampler.first.skip=1"])
 
-    monkeypatch.setitem(build.SAMPLERS, "first", lambda cfg, model: _FirstClients())  # the one line
+    monkeypatch.setitem(build.SAMPLERS, "first", _FirstClients)  # the one line
 
-    cfg = load_scenario(None, [*EXERCISE, "strategy.sampler.name=first"])
+    # from YAML: its name and its option, checked by its own validate, warned about when unread
+    cfg = load_scenario(None, [*EXERCISE, "strategy.sampler.name=first", "strategy.sampler.first.skip=1"])
     check_parts(cfg)
     run_server(LocalGrid(client_app, cfg.num_clients), cfg, tmp_path / "out")
     rows = [r for r in read_metrics(tmp_path / "out") if r["phase"] == "train"]
-    assert [r["sampled"] for r in rows] == [[0, 1], [0, 1]]
+    assert [r["sampled"] for r in rows] == [[1, 2], [1, 2]]
+    with pytest.raises(ConfigError, match=r"strategy.sampler.first.skip = -1: must be >= 0"):
+        load_scenario(None, [*EXERCISE, "strategy.sampler.name=first", "strategy.sampler.first.skip=-1"])
+    assert [
+        o for o, _, _ in load_scenario(None, [*EXERCISE, "strategy.sampler.first.skip=2"]).strategy.sampler.unused()
+    ] == ["first.skip"]
+
+
+@pytest.mark.usefixtures("quickstart_example")  # tests/conftest.py: Flower's quickstart app
+def test_the_new_sampler_is_a_named_strategy_by_the_same_registry_line(monkeypatch):
+    from flowerquickstart.client_app import app
+    from flowerquickstart.task import Net
+
+    with pytest.raises(ConfigError, match="must be one of uniform"):
+        SamplerStrategy(sampler="first")
+    monkeypatch.setitem(build.SAMPLERS, "first", _FirstClients)  # the one line
+    # Execute: Flower's own loop, its quickstart ClientApp, the toy's options object
+    strategy = SamplerStrategy(sampler="first", options=FirstOptions(skip=2), clients_per_round=2)
+    grid = LocalGrid(app, 4)
+    for context in grid.contexts.values():
+        context.run_config.update({"examples": 40})
+    strategy.start(
+        grid=grid, initial_arrays=ArrayRecord(Net().state_dict()), num_rounds=1, train_config=ConfigRecord({"lr": 0.05})
+    )
+    # Assert
+    assert strategy.record is not None and strategy.record.sampled == [2, 3]
+    with pytest.raises(ConfigError, match=r"strategy.sampler.first.skip = -1"):
+        SamplerStrategy(sampler="first", options=FirstOptions(skip=-1))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sampler'"):
+        HiCSFL(sampler="first")  # a named strategy's sampler is its own
 
 
 TOY_C = "toy-c"  # the toy rule's server -> client record
