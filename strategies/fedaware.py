@@ -195,6 +195,7 @@ class AwareCore:
         o = self.options = resolve_options(AwareOptions, options, fields, "strategy.aggregator.aware")
         self.num_clients = num_clients
         self.momentum, self.normalize, self.warmup = o.momentum, o.normalize, o.warmup
+        self.warmup_rounds = o.warmup_rounds
         self.iters, self.tol, self.solver, self.gap_tol = o.solver_iters(), o.tol, o.solver, o.gap_tol
         self.memory, self.layers, self.dtype = o.memory, o.layers, o.dtype
         self.departed, self.reset_on_switch, self.max_age = o.departed, reset_on_switch, o.max_age
@@ -353,7 +354,8 @@ class AwareCore:
         self.metrics = {"aware_phase": "aware", "aware_with_momentum": int(self.has.sum())}
         if not self.warm:
             needed = online_mask if online_mask is not None else np.ones(self.num_clients, dtype=bool)
-            if self.warmup and not self.has[needed].all():
+            capped = self.warmup_rounds is not None and self.step > self.warmup_rounds
+            if self.warmup and not self.has[needed].all() and not capped:
                 self.metrics["aware_phase"] = "warmup"
                 self.metrics["aware_solve_s"] = time.perf_counter() - t0
                 self._warn_stuck(int((needed & ~self.has).sum()), ids.size, rounds_left)
@@ -417,7 +419,7 @@ class AwareCore:
             WARNING,
             "fedaware: the warm-up cannot end in this run: %d online client(s) were never sampled (no "
             "momentum) and at most %d more reply in the %d round(s) left; until it ends the aggregation "
-            "is FedAvg (AwareOptions(warmup=False) steers from the first round)",
+            "is FedAvg (AwareOptions(warmup=False) steers from the first round, warmup_rounds=W after W)",
             missing,
             per_round * rounds_left,
             rounds_left,

@@ -192,6 +192,25 @@ def test_warmup_is_fedavg_until_every_client_trained_then_aware():
     assert m["aware_weights"] == {"0": 0.5, "1": 0.5}
 
 
+def test_warmup_rounds_ends_a_warmup_that_a_silent_client_would_hold_for_ever():
+    # client 2 is online every round but never replies (a straggler past the deadline)
+    agg = FedAwareAggregator(3, momentum=1.0, warmup_rounds=2)
+    agg.bind(SimpleNamespace(facts=RoundFacts(round=1, online=np.array([0, 1, 2]))))
+    x = _model(0.0, 0.0)
+    phases = []
+    for t in (1, 2, 3):
+        x = agg.aggregate(t, x, [_up(0, x["w"], [1, 0]), _up(1, x["w"], [0, 1], 3)])
+        phases.append(agg.round_metrics()["aware_phase"])
+    # Assert: two warm-up aggregations (FedAvg), then min-norm weights over the two momenta
+    assert phases == ["warmup", "warmup", "aware"]
+    assert agg.round_metrics()["aware_weights"] == {"0": 0.5, "1": 0.5}
+    unbounded = FedAwareAggregator(3, momentum=1.0)
+    unbounded.bind(SimpleNamespace(facts=RoundFacts(round=1, online=np.array([0, 1, 2]))))
+    for t in (1, 2, 3):
+        unbounded.aggregate(t, x, [_up(0, x["w"], [1, 0]), _up(1, x["w"], [0, 1], 3)])
+    assert unbounded.round_metrics()["aware_phase"] == "warmup"
+
+
 def test_without_warmup_aware_starts_at_once():
     agg = FedAwareAggregator(3, momentum=1.0, warmup=False)
     x = _model(0.0, 0.0)

@@ -242,6 +242,26 @@ def test_new_online_clients_are_explored_first():
     assert 5 in picks.tolist()
 
 
+@pytest.mark.parametrize("tries, silent_drawn", [(None, 6), (2, 2)])
+def test_a_client_that_never_replies_is_explored_at_most_explore_tries_times(tries, silent_drawn):
+    # 6 clients, K = 2; clients 4 and 5 are drawn but never reply (stragglers past every
+    # deadline). The warm-up (ceil(6 / 2) = 3 rounds) draws each once; without a limit they
+    # then take the exploration slots of every round (rounds 4-8: 5 more, 6 in all); with
+    # explore_tries=2 they are drawn once more (round 4) and then the rule draws among the
+    # four that reply
+    sampler = _hics(n=6, k=2, explore_tries=tries)
+    drawn = {4: 0, 5: 0}
+    for t in range(1, 9):
+        picks = sampler.sample(t, np.arange(6), 2).tolist()
+        for c in (4, 5):
+            drawn[c] += c in picks
+        sampler.observe(t, [_update(c, np.eye(C)[c % C]) for c in picks if c < 4], _global())
+    assert drawn == {4: silent_drawn, 5: silent_drawn}
+    tried = sampler.state_dict()["tries"]
+    assert (tried["4"], tried["5"]) == (silent_drawn, silent_drawn)
+    assert all(tried[str(c)] == 1 for c in range(4))  # drawn once before their first reply
+
+
 def test_departed_clients_keep_their_estimates_by_default():
     sampler = _hics(n=4, k=2, departed="keep")
     _run_warmup(sampler, np.arange(4), 2, lambda c: np.eye(C)[c])
@@ -695,7 +715,7 @@ def test_sampler_runs_three_rounds_through_the_real_client_app(tmp_path, isolate
 
 def test_scenario_keys_reach_the_hics_sampler():
     from fedflex.loader import load_scenario
-    from fedflex.strategies.build import SAMPLERS, check_parts
+    from fedflex.strategies.build import build_parts, check_parts
     from fedflex.strategies.parts import ModelInfo
 
     cfg = load_scenario(
@@ -707,7 +727,7 @@ def test_scenario_keys_reach_the_hics_sampler():
         ],
     )
     check_parts(cfg)
-    s = SAMPLERS["hics"](cfg, ModelInfo(output_bias_key="fc_out.bias"))
+    s = build_parts(cfg, ModelInfo(output_bias_key="fc_out.bias"))[0]
     assert (s.temperature, s.hics_lambda, s.gamma0, s.rounds, s.num_clients) == (0.01, 10.0, 4.0, 200, 50)
     assert (s.departed, s.variant, s.ward, s.num_clusters) == ("drop", "paper", "scalable", 0)
     assert (s.estimate, s.refresh) == ("unit", "every-round")  # the default estimate
@@ -725,11 +745,11 @@ def test_scenario_keys_reach_the_hics_sampler():
 )
 def test_unset_temperature_takes_the_estimates_default(overrides, temperature):
     from fedflex.loader import load_scenario
-    from fedflex.strategies.build import SAMPLERS
+    from fedflex.strategies.build import build_parts
     from fedflex.strategies.parts import ModelInfo
 
     cfg = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / "hics_fmnist.yaml", overrides)
-    s = SAMPLERS["hics"](cfg, ModelInfo(output_bias_key="fc_out.bias"))
+    s = build_parts(cfg, ModelInfo(output_bias_key="fc_out.bias"))[0]
     assert s.temperature == temperature and s.lr == cfg.client.lr == 0.001
 
 
