@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import logging
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, cast
+from typing import Any, Callable, Iterable, Mapping, Optional, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -124,14 +124,19 @@ def alias_overrides(overrides: Iterable[str]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- loading
+#: callables that return ``strategy.sampler`` sections the schema does not declare (section
+#: -> options class): the part registry (``strategies/build.py``) adds its own when it is
+#: imported, so that the core need not import the registry
+SECTION_SOURCES: list[Callable[[], Mapping[str, type]]] = []
+
+
 def scenario_schema() -> type[ScenarioConfig]:
     """Return the scenario's dataclass: :class:`ScenarioConfig`, its ``strategy.sampler``
     extended by the options section of each registered sampler it does not declare (a
-    sampler added by its module and its line in :data:`strategies.build.SAMPLERS`).
+    sampler added by its module and its line in ``strategies.build.SAMPLERS``), as the
+    :data:`SECTION_SOURCES` say.
     """
-    from fedflex.strategies.build import extra_sections  # the part registry
-
-    extra = extra_sections()
+    extra = {name: cls for source in SECTION_SOURCES for name, cls in source().items()}
     return _extended(tuple(sorted(extra.items()))) if extra else ScenarioConfig
 
 

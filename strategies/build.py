@@ -24,6 +24,7 @@ from flwr.common import log
 
 from fedflex.churn import Availability, SessionTracker
 from fedflex.config import ConfigError, SamplerConfig, ScenarioConfig
+from fedflex.loader import SECTION_SOURCES
 from fedflex.options import AWARE_BASES
 from fedflex.strategies.baseline import ExploreFirstSampler, FedAvgAggregator, PreviousInitializer, UniformSampler
 from fedflex.strategies.bherd import BHerdAggregator
@@ -104,6 +105,7 @@ def federation(cfg: ScenarioConfig, model: ModelInfo) -> Federation:
 def extra_sections() -> dict[str, type]:
     """Return the options sections of registered samplers that ``strategy.sampler`` does not
     declare (a sampler added by its module and its registry line): section -> options class.
+    The scenario loader reads them (:data:`fedflex.loader.SECTION_SOURCES`).
     """
     declared = {f.name for f in fields(SamplerConfig)}
     return {
@@ -111,6 +113,9 @@ def extra_sections() -> dict[str, type]:
         for cls in SAMPLERS.values()
         if cls.OPTIONS is not None and cls.section() not in declared
     }
+
+
+SECTION_SOURCES.append(extra_sections)
 
 
 def _server_opt(cls, *sections: str):
