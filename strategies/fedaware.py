@@ -409,20 +409,26 @@ class AwareCore:
         return d
 
     def _warn_stuck(self, missing: int, per_round: int, rounds_left: Optional[int]) -> None:
-        """Warn once when the warm-up cannot end in the rounds left: more online clients
-        lack a momentum than the run can still sample (at this round's reply count).
+        """Warn once when the warm-up cannot end in the rounds left (more online clients lack
+        a momentum than the run can still sample at this round's reply count), or has lasted
+        three times the ``ceil(N / replies)`` aggregations it needs when every sampled client
+        replies (clients that are sampled but never reply: stragglers, failing nodes).
         """
-        if self._stuck_warned or rounds_left is None or missing <= per_round * rounds_left:
+        if self._stuck_warned:
+            return
+        cannot_end = rounds_left is not None and missing > per_round * rounds_left
+        overdue = self.step > 3 * math.ceil(self.num_clients / max(per_round, 1))
+        if not (cannot_end or overdue):
             return
         self._stuck_warned = True
         log(
             WARNING,
-            "fedaware: the warm-up cannot end in this run: %d online client(s) were never sampled (no "
-            "momentum) and at most %d more reply in the %d round(s) left; until it ends the aggregation "
-            "is FedAvg (AwareOptions(warmup=False) steers from the first round, warmup_rounds=W after W)",
+            "fedaware: the warm-up %s: %d online client(s) have no momentum (never sampled, or sampled and "
+            "never replied) after %d aggregation(s); until it ends the aggregation is FedAvg "
+            "(AwareOptions(warmup=False) steers from the first round, warmup_rounds=W after W)",
+            "cannot end in this run" if cannot_end else "is not ending",
             missing,
-            per_round * rounds_left,
-            rounds_left,
+            self.step,
         )
 
     def _sampled_direction(self, weights: np.ndarray, grads: np.ndarray, updates: list[ClientUpdate]) -> np.ndarray:

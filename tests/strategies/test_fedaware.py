@@ -2,6 +2,7 @@
 warm-up, options, the AWARE plug-in, memory options, e-LUD, and an end-to-end run."""
 
 import json
+import logging
 import math
 from collections import OrderedDict
 from types import SimpleNamespace
@@ -209,6 +210,22 @@ def test_warmup_rounds_ends_a_warmup_that_a_silent_client_would_hold_for_ever():
     for t in (1, 2, 3):
         unbounded.aggregate(t, x, [_up(0, x["w"], [1, 0]), _up(1, x["w"], [0, 1], 3)])
     assert unbounded.round_metrics()["aware_phase"] == "warmup"
+
+
+def test_a_warmup_held_by_a_client_that_never_replies_is_warned_about_once(caplog):
+    # 2 of 3 clients reply every round: the warm-up needs ceil(3 / 2) = 2 aggregations when
+    # all reply; after 3 x 2 = 6 it says so (once), naming the option that ends it
+    agg = FedAwareAggregator(3, momentum=1.0)
+    agg.bind(SimpleNamespace(facts=RoundFacts(round=1, online=np.array([0, 1, 2]))))
+    x = _model(0.0, 0.0)
+    said = []
+    for t in range(1, 10):
+        with caplog.at_level(logging.WARNING, logger="flwr"):
+            agg.aggregate(t, x, [_up(0, x["w"], [1, 0]), _up(1, x["w"], [0, 1])])
+        said.append(sum("warm-up is not ending" in r.getMessage() for r in caplog.records))
+    assert said == [0, 0, 0, 0, 0, 0, 1, 1, 1]
+    assert "1 online client(s) have no momentum" in caplog.records[-1].getMessage()
+    assert "warmup_rounds=W" in caplog.records[-1].getMessage()
 
 
 def test_without_warmup_aware_starts_at_once():

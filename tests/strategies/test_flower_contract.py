@@ -237,7 +237,7 @@ def test_fedaware_says_when_its_warm_up_cannot_end_and_when_it_ends(caplog):
     # Assert: one warning, no "warm-up over"
     messages = [r.getMessage() for r in caplog.records]
     stuck = [m for m in messages if "warm-up cannot end" in m]
-    assert len(stuck) == 1 and "5 online client(s) were never sampled" in stuck[0]
+    assert len(stuck) == 1 and "5 online client(s) have no momentum" in stuck[0]
     assert not any("warm-up over" in m for m in messages)
 
 
