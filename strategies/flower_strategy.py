@@ -182,11 +182,13 @@ class FlowerStrategy(FedFlex):
         unknown = [k for k in kwargs if k not in passed]
         if not unknown:
             return
+        mro = [c for c in type(self).__mro__ if issubclass(c, FlowerStrategy)]
+        inits = [vars(c)["__init__"] for c in mro if "__init__" in vars(c)]
         own = list(
             dict.fromkeys(
                 p.name
-                for cls in type(self).__mro__[: type(self).__mro__.index(FlowerStrategy) + 1]
-                for p in inspect.signature(cls.__init__).parameters.values()
+                for init in inits
+                for p in inspect.signature(init).parameters.values()
                 if p.kind is inspect.Parameter.KEYWORD_ONLY
             )
         )
