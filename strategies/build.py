@@ -6,7 +6,7 @@ value of ``strategy.<part>.name`` to the part (the core config lists no names).
 :data:`SAMPLERS` holds sampler classes, each its own spec (name, options class and
 section, seed offset, DP note, :meth:`~strategies.parts.Sampler.build`): the seed
 offsets, the options sections a scenario may hold (:func:`extra_sections`) and the
-named strategy :class:`~strategies.composed_strategy.Composed` are derived from it; the
+named strategy :class:`~strategies.flower_strategy.SamplerStrategy` are derived from it; the
 others map a name to a constructor. A method is a choice of one name per part; a new
 part is its module plus one line here (a local rule's client half has its line in
 ``clients/rules.py`` ``LOCAL_RULES``). :func:`check_parts`, which the composition root runs right after

@@ -244,7 +244,7 @@ class Sampler(Part):
     its options class :attr:`OPTIONS` and their section under ``strategy.sampler``
     (:meth:`section`), its seed offset and its note under differential privacy; and
     :meth:`build` makes it from its options for a :class:`Federation`, the same way for
-    a scenario and for the named strategy :class:`~strategies.composed_strategy.Composed`.
+    a scenario and for the named strategy :class:`~strategies.flower_strategy.SamplerStrategy`.
     A new sampler is its module plus its class in :data:`strategies.build.SAMPLERS`.
     """
 
