@@ -167,18 +167,19 @@ class SystemGrid(GridWrapper):
         """Return a client's round time for ``steps`` local steps and ``down`` + ``up`` bytes (the module's formula)."""
         return steps * self.step_seconds[client] + (down + up) / self.bandwidth[client]
 
-    def step_caps(self, messages: list[Message], server_round: int) -> dict[int, int]:
+    def step_caps(self, messages: list[Message], server_round: int, sizes: dict[int, int]) -> dict[int, int]:
         """``system.partial``: client -> the local steps that fit the deadline, for each
         sampled client whose planned steps do not (and that fits at least one). Its reply is
         budgeted at the train message's size plus :data:`REPLY_MARGIN` and
         :data:`REPLY_SLACK_BYTES` (a reply carries the model back, and its metrics).
+        ``sizes``: the round's measured array records (:func:`message_bytes`).
         """
         caps = {}
         for m in messages:
             client = self.client_of(m.metadata.dst_node_id)
             if client is None:
                 continue
-            down = message_bytes(m)
+            down = message_bytes(m, sizes)
             reply = down * (1 + REPLY_MARGIN) + REPLY_SLACK_BYTES
             budget = self.cfg.system.deadline_s - (down + reply) / self.bandwidth[client]
             fit = math.floor(budget / self.step_seconds[client]) if budget > 0 else 0
@@ -191,7 +192,8 @@ class SystemGrid(GridWrapper):
         messages = list(messages)
         train = bool(messages) and all(m.metadata.message_type == MessageType.TRAIN for m in messages)
         server_round = _round_of(messages[0]) if train else 0
-        caps = self.step_caps(messages, server_round) if train and self.cfg.system.partial else {}
+        sizes: dict[int, int] = {}  # the round's messages share the model's record: measured once
+        caps = self.step_caps(messages, server_round, sizes) if train and self.cfg.system.partial else {}
         if caps:
             _tell_caps(messages, caps)
         replies = list(self.grid.send_and_receive(messages, timeout=timeout))
@@ -199,7 +201,7 @@ class SystemGrid(GridWrapper):
             return replies
         self.batch = (server_round, self.batch[1] + 1 if self.batch[0] == server_round else 0)
         system = self.cfg.system
-        down = {m.metadata.message_id: (m.metadata.dst_node_id, message_bytes(m)) for m in messages}
+        down = {m.metadata.message_id: (m.metadata.dst_node_id, message_bytes(m, sizes)) for m in messages}
         times: dict[int, float] = {}
         reply_of: dict[int, Message] = {}
         passed: list[Message] = []  # error replies and replies of unknown nodes: as they are
