@@ -139,7 +139,7 @@ class FlowerStrategy(FedFlex):
         check_integer("seed", seed, ge=0)
         number("client", "lr", lr, gt=0, optional=True)
         self.method_options = self._take_options(options)
-        self._seed, self._rounds = int(seed), rounds
+        self._seed, self.rounds = int(seed), rounds  # rounds: see strategies.privacy
         super().__init__(
             num_clients=num_clients,
             lr=lr,
@@ -218,7 +218,7 @@ class FlowerStrategy(FedFlex):
         self.model = ModelInfo(output_bias_key=self.bias_key or default_bias_key(arrays))
         federation = Federation(
             num_clients=num_clients,
-            rounds=max(num_rounds or self._rounds or 1, 1),
+            rounds=max(num_rounds or self.rounds or 1, 1),
             clients_per_round=min(self._per_round(num_clients), num_clients),
             seed=self._seed,
             lr=self.lr if self.lr is not None else ClientConfig.lr,

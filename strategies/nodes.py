@@ -425,3 +425,24 @@ def _says_partition_id(reply: Message) -> bool:
     except (KeyError, TypeError, ValueError):
         return False
     return True
+
+
+def wait_for_nodes(grid: Grid, need: int, timeout: float) -> int:
+    """Wait (at most ``timeout`` seconds) for ``need`` nodes, as Flower's FedAvg does; in
+    Flower's simulation also until it registered all of its nodes (one loop at start-up),
+    so that N is the simulation's node count. Returns the number of nodes (fewer than
+    ``need`` when the timeout passed).
+    """
+    start = time.monotonic()
+    have = len(list(grid.get_node_ids()))
+    while have < need:
+        waited = time.monotonic() - start
+        if waited >= timeout:
+            return have
+        if int(waited) % 30 == 0:
+            log(logging.INFO, "waiting for %d node(s) to connect", need)
+        time.sleep(min(1.0, max(timeout - waited, 0.0)))
+        have = len(list(grid.get_node_ids()))
+    if registration_order(grid) is not None and type(grid).__name__ == "InMemoryGrid":
+        have = simulated_node_count(grid, 1 << 31, timeout=min(timeout, 30.0))
+    return have

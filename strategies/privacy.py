@@ -23,7 +23,7 @@ See ``docs/flower-strategies.md`` ("Differential privacy").
 
 from __future__ import annotations
 
-import sys
+import gc
 from logging import WARNING
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -72,17 +72,33 @@ UNPROTECTED = {
 PLAIN = {"uniform", "fedavg", "previous", "rule", "sgd", "fedprox"}
 
 
-def calling_dp_wrapper(strategy: "FedFlex", depth: int = 2) -> Optional[Any]:
-    """Return the Flower DP wrapper whose method called ours (``depth`` frames up), or None.
+def find_dp_wrapper(strategy: "FedFlex") -> Optional[Any]:
+    """Return the Flower DP wrapper that holds ``strategy`` (as its ``strategy``), or None.
 
-    The wrapped strategy is not told that it is wrapped; its caller is the wrapper's
-    ``configure_train``, whose ``self`` holds it as ``strategy``.
+    Flower's wrappers do not tell the strategy they wrap, and a user who wraps a fedflex
+    strategy in one of Flower's classes (as with Flower's own strategies) may not tell it
+    either (``FedFlex.wrapper``). The strategy looks once, when its ``configure_train``
+    is called by a loop other than its own ``start``: among the objects that refer to it
+    (:func:`gc.get_referrers`), not in the caller's stack frames.
     """
-    frame = sys._getframe(depth)
-    caller = frame.f_locals.get("self")
-    if isinstance(caller, SERVER_SIDE + CLIENT_SIDE) and caller.strategy is strategy:
-        return caller
+    for holder in gc.get_referrers(strategy):
+        if isinstance(holder, SERVER_SIDE + CLIENT_SIDE) and holder.strategy is strategy:
+            return holder
     return None
+
+
+def under_dp(strategy: "FedFlex", wrapper: Any, messages: list[Message], checked: Any) -> Any:
+    """Inside ``wrapper`` (one of Flower's DP wrappers): refuse what it breaks, warn what
+    its noise does not cover (:func:`check_dp_wrapper`, once per wrapper: ``checked`` is
+    the one already checked); a server-side wrapper clips each reply against the model
+    this round's ``messages`` carry (SessionAware may have replaced the one the wrapper
+    was given). Returns the wrapper now checked.
+    """
+    if checked is not wrapper:
+        check_dp_wrapper(strategy, wrapper, messages)
+    if isinstance(wrapper, SERVER_SIDE) and messages:
+        wrapper.current_arrays = strategy.engine.global_record()
+    return wrapper
 
 
 def _part_notes(strategy: "FedFlex") -> list[str]:
@@ -132,7 +148,7 @@ def check_dp_wrapper(strategy: "FedFlex", wrapper: Any, messages: list[Message])
             kind,
             "; ".join(dict.fromkeys(notes)),
         )
-    if getattr(strategy, "_rounds", 0) is None and strategy._num_rounds is None:
+    if getattr(strategy, "rounds", 0) is None and strategy.engine.run.num_rounds is None:
         log(
             WARNING,
             "%s inside %s: Flower's loop does not tell the strategy num_rounds; pass rounds=num_rounds "

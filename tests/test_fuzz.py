@@ -295,7 +295,7 @@ def test_a_round_of_hostile_replies_never_breaks_a_rules_server_half(budget):
         # Execute: twice, so that the server halves' state after a round is used again
         for server_round in (1, 2):
             record = RoundRecord(round=server_round, sampled=list(range(count)))
-            new = strategy._aggregate(server_round, messages, record, {})
+            new = strategy.engine.aggregate(server_round, strategy.global_arrays, messages, record, {})
             for _, reason in record.rejected:
                 assert _one_line(reason), reason
             if new is not None:

@@ -217,14 +217,14 @@ def test_node_with_partition_id_outside_the_scenario_is_ignored(tmp_path, caplog
 
 
 def test_parts_see_the_round_in_progress_while_they_aggregate(tmp_path, monkeypatch):
-    # FedAWARE reads the strategy's record for the online set: it must be this round's
+    # FedAWARE reads the round's facts for the online set: they must be this round's
     from fedflex.strategies.baseline import FedAvgAggregator
 
     seen = []
     original = FedAvgAggregator.aggregate
 
     def spy(self, server_round, global_arrays, updates):
-        seen.append((server_round, self.ctx.record.round, list(self.ctx.record.online)))
+        seen.append((server_round, self.ctx.facts.round, self.ctx.facts.online.tolist()))
         return original(self, server_round, global_arrays, updates)
 
     monkeypatch.setattr(FedAvgAggregator, "aggregate", spy)
