@@ -26,6 +26,9 @@ Registered datasets (:data:`DATASETS`):
 The data root is ``dataset.root``, else ``$FEDFLEX_DATA``, else ``~/.cache/fedflex/data``
 (:func:`data_root`). Missing files end as one :class:`DataNotFoundError` that names
 every place looked at and how to get the files; failed downloads end the same way.
+
+It is over 600 lines because it is the registry of every data source with its checks
+(IDX headers, damaged files, the places looked at) and the tensor cache they share.
 """
 
 from __future__ import annotations

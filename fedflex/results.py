@@ -6,6 +6,10 @@ it had finished. Fields: ``round``, ``session``, ``online`` (client ids online),
 ``sampled`` (client ids whose training reply was aggregated), ``test_accuracy``,
 ``test_loss`` (null in rounds not evaluated), ``train_loss``, ``wall_s``, plus
 ``session_started``, ``failed``, ``skipped``, ``num_examples`` and method-specific fields.
+
+It is over 600 lines because it is the whole results contract in one place: the writers,
+the readers and summaries other tooling relies on, the plots drawn from the same rows,
+and the checkpoint's binding to its run's rows.
 """
 
 from __future__ import annotations

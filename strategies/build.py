@@ -16,6 +16,7 @@ combinations that cannot work together.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, fields
 from logging import WARNING
 from typing import Callable, Mapping, Optional, cast
@@ -25,6 +26,7 @@ from flwr.common import log
 from fedflex.churn import Availability, SessionTracker
 from fedflex.config import ConfigError, SamplerConfig, ScenarioConfig
 from fedflex.loader import SECTION_SOURCES
+from fedflex.lr_schedule import client_lr
 from fedflex.options import AWARE_BASES
 from fedflex.strategies.baseline import ExploreFirstSampler, FedAvgAggregator, PreviousInitializer, UniformSampler
 from fedflex.strategies.bherd import BHerdAggregator
@@ -420,7 +422,7 @@ def build_strategy(
         on_too_few=cfg.churn.on_too_few,
         local_rule=s.local_rule.name,
         query_timeout=cfg.deployment.query_timeout,
-        client_lr=None if cfg.client.lr_schedule == "constant" else cfg.client.lr_at,
+        client_lr=None if cfg.client.lr_schedule == "constant" else functools.partial(client_lr, cfg.client),
         lr=cfg.client.lr,
         model=model_info,
         reply_limits=reply_limits(cfg, client_sizes),

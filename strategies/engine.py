@@ -203,7 +203,7 @@ class RoundEngine:
         ``timeout`` (``start(timeout=...)``).
     client_lr
         ``client_lr(round, session start round)``: the learning rate every train message
-        of the round carries as ``client.lr`` (a schedule, ``ClientConfig.lr_at``), also
+        of the round carries as ``client.lr`` (a schedule, ``fedflex.lr_schedule.client_lr``), also
         logged as ``client_lr``. None: the train config's own ``client.lr`` (constant).
     model
         The model's description (:class:`~strategies.parts.ModelInfo`) the parts may read.

@@ -32,6 +32,10 @@ The authors' exploration (every online client once, shuffled, before the base sa
 takes over) is :class:`strategies.baseline.ExploreFirstSampler`, for any sampler.
 
 Decisions the paper leaves open and their defaults are documented in ``docs/fedaware.md``.
+
+It is over 600 lines because FedAWARE's momentum store and its core are shared by the
+method's aggregator and by the AWARE plug-in for other optimisers; the paper's decisions
+are documented beside the code that makes them.
 """
 
 from __future__ import annotations

@@ -99,3 +99,35 @@ def test_the_rule_catches_a_forbidden_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("from fedflex.strategies.build import build_strategy\n")
     assert "fedflex.strategies" in _imports(bad)
+
+
+FRAME_READS = ("_getframe", "currentframe", "inspect.stack", "f_back", "f_locals")
+
+
+@pytest.mark.parametrize("folder", ["fedflex", "strategies", "clients"])
+def test_no_code_reads_its_callers_stack_frames(folder):
+    # issue 44: a strategy learns of a DP wrapper by being told (FedFlex.wrapper), not from the stack
+    found = [
+        f"{path.relative_to(ROOT)}:{i}: {line.strip()}"
+        for path in _files(folder)
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if any(word in line for word in FRAME_READS)
+    ]
+    assert found == []
+
+
+def test_the_frame_rule_catches_a_frame_read(tmp_path):
+    bad = "import sys\ncaller = sys._getframe(2).f_locals\n"
+    assert any(word in bad for word in FRAME_READS)
+
+
+@pytest.mark.parametrize("folder", ["fedflex", "strategies", "clients"])
+def test_a_module_over_600_lines_says_why(folder):
+    # issue 44: a long module is a choice, said in its docstring ("It is over 600 lines because ...")
+    silent = [
+        str(path.relative_to(ROOT))
+        for path in _files(folder)
+        if len(path.read_text().splitlines()) > 600
+        and "over 600 lines because" not in (ast.get_docstring(ast.parse(path.read_text())) or "").replace("\n", " ")
+    ]
+    assert silent == []

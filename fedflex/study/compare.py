@@ -19,6 +19,10 @@ Runs of a sweep (a ``sweep.json`` beside them lists their grid point) are labell
 grid point, ``method=fedavgm`` rather than the config keys a named variant sets, where the
 groups and the grid points correspond one to one; ``by`` may name a grid axis. A paper's
 numbers (:mod:`fedflex.study.reference`) join the table as columns of their own.
+
+It is over 600 lines because grouping runs, the figures per group (each a documented
+definition) and the table, Markdown and CSV writers read the same rows and are kept as
+one command.
 """
 
 from __future__ import annotations

@@ -40,6 +40,9 @@ own handling); a second signal is passed on too (they exit at once).
 Members run through an executor: :class:`LocalExecutor` (child processes of the sweep), or,
 with ``ray_address``, :class:`fedflex.study.ray_executor.RayExecutor` (one Ray task per
 member on an existing cluster, the sweep's directory on a filesystem every node shares).
+
+It is over 600 lines because planning a sweep, checking an existing one and running its
+members (CPU slots, signals, the index) share the member and sweep records.
 """
 
 from __future__ import annotations

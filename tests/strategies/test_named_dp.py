@@ -113,6 +113,48 @@ def test_a_method_whose_replies_carry_more_than_the_model_is_refused(name):
         _run(dp, _grid(), rounds=1)
 
 
+def test_a_told_wrapper_is_checked_without_looking_for_it(monkeypatch):
+    # Prepare: the strategy is told its wrapper; looking for one would fail the test
+    from fedflex.strategies import strategy as strategy_module
+
+    def no_search(strategy):
+        raise AssertionError("a told strategy looked for its wrapper")
+
+    monkeypatch.setattr(strategy_module, "find_dp_wrapper", no_search)
+    strategy = named.SCAFFOLD(clients_per_round=2, fraction_evaluate=0.0)
+    dp = DifferentialPrivacyServerSideFixedClipping(strategy, 1.0, 1.0, 2)
+    strategy.wrapper = dp
+    # Execute / Assert: refused as when it is found
+    with pytest.raises(ValueError, match="SCAFFOLD cannot run inside DifferentialPrivacyServerSideFixedClipping"):
+        _run(dp, _grid(), rounds=1)
+
+
+def test_a_strategy_under_its_own_start_does_not_look_for_a_wrapper(monkeypatch):
+    from fedflex.strategies import strategy as strategy_module
+
+    calls = []
+    monkeypatch.setattr(strategy_module, "find_dp_wrapper", lambda s: calls.append(s))
+    _run(named.HiCSFL(clients_per_round=2, fraction_evaluate=0.0, rounds=2), _grid(), rounds=2)
+    assert calls == []
+
+
+def test_an_untold_strategy_looks_for_its_wrapper_once(monkeypatch):
+    from fedflex.strategies import privacy
+    from fedflex.strategies import strategy as strategy_module
+
+    found = []
+
+    def spy(strategy):
+        found.append(privacy.find_dp_wrapper(strategy))
+        return found[-1]
+
+    monkeypatch.setattr(strategy_module, "find_dp_wrapper", spy)
+    strategy = named.HiCSFL(clients_per_round=2, fraction_evaluate=0.0, rounds=2)
+    dp = DifferentialPrivacyServerSideFixedClipping(strategy, 0.0, 10.0, 2)
+    _run(dp, _grid(), rounds=2)
+    assert found == [dp] and strategy.wrapper is dp
+
+
 def test_client_side_clipping_refuses_a_method_whose_train_messages_carry_more_than_the_model():
     strategy = named.FedCM(clients_per_round=2, fraction_evaluate=0.0)
     dp = DifferentialPrivacyClientSideFixedClipping(strategy, 1.0, 1.0, 2)

@@ -3,6 +3,9 @@
 :class:`LocalFederation` is a context manager: its processes are stopped on normal exit,
 on errors and on Ctrl-C. The commands it starts are the ones a multi-machine deployment
 uses (``docs/deployment.md``).
+
+It is over 600 lines because one class supervises every process of a local federation
+(start, readiness, logs, stop on every exit path), and those steps share its state.
 """
 
 from __future__ import annotations
