@@ -207,7 +207,8 @@ def load_scenario(
         raise _container_culprit(schema, layers) from None
     if not isinstance(cfg, ScenarioConfig):
         raise ConfigError("scenario", str(path), "did not load as a scenario")
-    cfg.validate()
+    # validated once, as it was made (ScenarioConfig.__post_init__); the parts' combinations:
+    # strategies.combinations.load_checked
     warn_unused(cfg)
     warn_measured(cfg)
     for key, section in (("churn.trace", cfg.churn), ("system.profile", cfg.system)):

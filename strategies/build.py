@@ -9,9 +9,8 @@ offsets, the options sections a scenario may hold (:func:`extra_sections`) and t
 named strategy :class:`~strategies.flower_strategy.SamplerStrategy` are derived from it; the
 others map a name to a constructor. A method is a choice of one name per part; a new
 part is its module plus one line here (a local rule's client half has its line in
-``clients/rules.py`` ``LOCAL_RULES``). :func:`check_parts`, which the composition root runs right after
-loading a scenario, refuses names no registry has (listing those it has) and
-combinations that cannot work together.
+``clients/rules.py`` ``LOCAL_RULES``). Names no registry has and combinations that cannot
+work together are refused by :mod:`strategies.combinations`, once per load.
 """
 
 from __future__ import annotations
@@ -24,10 +23,9 @@ from typing import Callable, Mapping, Optional, cast
 from flwr.common import log
 
 from fedflex.churn import Availability, SessionTracker
-from fedflex.config import ConfigError, SamplerConfig, ScenarioConfig
+from fedflex.config import SamplerConfig, ScenarioConfig
 from fedflex.loader import SECTION_SOURCES
 from fedflex.lr_schedule import client_lr
-from fedflex.options import AWARE_BASES
 from fedflex.strategies.baseline import ExploreFirstSampler, FedAvgAggregator, PreviousInitializer, UniformSampler
 from fedflex.strategies.bherd import BHerdAggregator
 from fedflex.strategies.clustered import ClusteredSampler
@@ -61,7 +59,6 @@ from fedflex.strategies.robust import (
     KrumAggregator,
     MedianAggregator,
     TrimmedMeanAggregator,
-    clip_refusal,
 )
 from fedflex.strategies.scaffold import ScaffoldServer
 from fedflex.strategies.session_init import AverageInitializer, SessionAwareInitializer
@@ -179,11 +176,6 @@ INITIALIZERS: dict[str, Callable[[ScenarioConfig, ModelInfo], Initializer]] = {
 }
 
 
-#: the Byzantine-robust aggregators (Flower's FedMedian, FedTrimmedAvg, Krum, MultiKrum,
-#: Bulyan): they take only the local rules in :data:`ROBUST_RULES`
-ROBUST_AGGREGATORS = ("median", "trimmed-mean", "krum", "multikrum", "bulyan")
-
-
 def _aggregator(cfg: ScenarioConfig, model: ModelInfo) -> Aggregator:
     a = cfg.strategy.aggregator
     base = AGGREGATORS[a.name](cfg, model)
@@ -240,123 +232,6 @@ SERVER_RULES: dict[str, Callable[[ScenarioConfig, ModelInfo], ServerRule]] = {
     ),
 }
 
-#: local rules that upload a selected-gradient sum for aggregator ``bherd``
-HERDING_RULES = ("bherd", "grab")
-
-
-def _check_herding(cfg: ScenarioConfig) -> None:
-    """BHerd / GraB / FedNova combinations that cannot work, and the binary SVM."""
-    s, rule = cfg.strategy, cfg.strategy.local_rule
-    if s.aggregator.name == "bherd" and rule.name not in HERDING_RULES:
-        raise ConfigError(
-            "strategy.aggregator.name",
-            "bherd",
-            f"needs strategy.local_rule.name bherd or grab (they upload the selected gradient sum); "
-            f"local rule {rule.name} sends only a model",
-        )
-    if rule.name in HERDING_RULES and s.aggregator.name != "bherd":
-        raise ConfigError(
-            "strategy.local_rule.name",
-            rule.name,
-            f"needs strategy.aggregator.name=bherd (w - eta/alpha sum_i p_i g_i); "
-            f"{s.aggregator.name} would ignore the selected gradients",
-        )
-    if rule.name == "grab" and rule.bherd.base != "fedavg":
-        raise ConfigError(
-            "strategy.local_rule.bherd.base", rule.bherd.base, "local rule grab is GraB-FedAvg: only fedavg"
-        )
-    if rule.name in HERDING_RULES + ("fednova", "fedcm") and cfg.client.optimizer != "sgd":
-        raise ConfigError(
-            "client.optimizer",
-            cfg.client.optimizer,
-            f"local rule {rule.name} needs sgd (its server step assumes plain SGD steps)",
-        )
-    binary = cfg.dataset.label_map == "even-odd" or (cfg.dataset.name == "synthetic" and cfg.dataset.num_classes == 2)
-    if cfg.model.name == "svm" and not binary:
-        raise ConfigError(
-            "dataset.label_map",
-            cfg.dataset.label_map,
-            "model svm is a binary classifier: use even-odd (or synthetic data with num_classes=2)",
-        )
-
-
-#: local rules whose replies a robust aggregator takes: the others' server halves average
-#: what every client sends outside the aggregator (SCAFFOLD's control variates, FedNova's
-#: a-norms, FedDyn's h, FedCM's momentum, BHerd's gradient sums), so one hostile reply
-#: would still steer the model
-ROBUST_RULES = ("sgd", "fedprox")
-
-
-def _check_robust(cfg: ScenarioConfig) -> None:
-    """Robust aggregators and clipping: refuse what cannot work or would not be robust,
-    warn about what amounts to something plainer.
-    """
-    s, a, k = cfg.strategy, cfg.strategy.aggregator, cast(int, cfg.strategy.sampler.clients_per_round)
-    f, selected = a.krum.num_malicious, a.krum.num_selected
-    if a.name in ROBUST_AGGREGATORS and s.local_rule.name not in ROBUST_RULES:
-        raise ConfigError(
-            "strategy.local_rule.name",
-            s.local_rule.name,
-            f"aggregator {a.name} takes local rule {' or '.join(ROBUST_RULES)}: the server half of "
-            f"{s.local_rule.name} averages what every client sends outside the aggregator, so one hostile "
-            "reply would still steer the model",
-        )
-    unprotected = clip_refusal(a.name, s.local_rule.name)  # clip_norm also clips SCAFFOLD's records
-    if a.clip_norm is not None and unprotected:
-        raise ConfigError("strategy.aggregator.clip_norm", a.clip_norm, f"{unprotected}; leave it null")
-    need = {"krum": 2 * f + 3, "multikrum": 2 * f + 3, "bulyan": 4 * f + 3}
-    if a.name in need and k < need[a.name]:
-        rule = "4f + 3" if a.name == "bulyan" else "2f + 3"
-        raise ConfigError(
-            "strategy.sampler.clients_per_round",
-            k,
-            f"aggregator {a.name} with krum.num_malicious={f} needs at least {rule} = {need[a.name]} replies",
-        )
-    if a.name == "multikrum" and selected is not None and selected > k - f:
-        raise ConfigError(
-            "strategy.aggregator.krum.num_selected",
-            selected,
-            f"must be <= clients_per_round - krum.num_malicious = {k - f}",
-        )
-    if a.name == "trimmed-mean" and int(a.trimmed_mean.beta * k) == 0:
-        log(
-            WARNING,
-            "trimmed-mean with trimmed_mean.beta=%s trims nothing from %d replies: it is the plain mean",
-            a.trimmed_mean.beta,
-            k,
-        )
-    if a.name in ("multikrum", "bulyan") and f == 0 and selected is None:
-        log(WARNING, "%s with num_malicious=0 keeps every reply: it is the plain mean", a.name)
-
-
-def check_parts(cfg: ScenarioConfig) -> None:
-    """Refuse names no registry has and combinations that cannot work (the composition
-    root calls this right after loading a scenario; :func:`build_parts` calls it again).
-
-    Raises
-    ------
-    ConfigError
-        Naming the key, the value and what is available.
-    """
-    s = cfg.strategy
-    for key, name, registry in (
-        ("strategy.sampler.name", s.sampler.name, SAMPLERS),
-        ("strategy.aggregator.name", s.aggregator.name, AGGREGATORS),
-        ("strategy.initializer.name", s.initializer.name, INITIALIZERS),
-        ("strategy.local_rule.name", s.local_rule.name, SERVER_RULES),
-    ):
-        if name not in registry:
-            raise ConfigError(key, name, "must be one of " + ", ".join(registry))
-    if s.aggregator.aware.enabled and s.aggregator.name not in AWARE_BASES:
-        raise ConfigError(
-            "strategy.aggregator.aware.enabled",
-            True,
-            f"the AWARE plug-in wraps {', '.join(AWARE_BASES)}, not {s.aggregator.name}"
-            + (" (fedaware is AWARE already)" if s.aggregator.name == "fedaware" else ""),
-        )
-    _check_herding(cfg)
-    _check_robust(cfg)
-
 
 def _sampler(cfg: ScenarioConfig, model: ModelInfo) -> Sampler:
     cls = SAMPLERS[cfg.strategy.sampler.name]
@@ -383,10 +258,10 @@ def reply_limits(cfg: ScenarioConfig, client_sizes: Optional[Mapping[int, int]] 
 def build_parts(
     cfg: ScenarioConfig, model_info: Optional[ModelInfo] = None
 ) -> tuple[Sampler, Aggregator, Initializer, ServerRule]:
-    """Return the four parts a scenario names (checked by :func:`check_parts` first); each
-    factory gets the scenario and the model's description.
+    """Return the four parts a scenario names (a scenario checked by
+    :func:`strategies.combinations.check_parts`, which :func:`~strategies.combinations.load_checked`
+    runs once per load); each factory gets the scenario and the model's description.
     """
-    check_parts(cfg)
     model = model_info or ModelInfo()
     s = cfg.strategy
     return (

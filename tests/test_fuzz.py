@@ -48,7 +48,8 @@ from fedflex.fedscale import convert, read_fedscale
 from fedflex.loader import load_scenario
 from fedflex.results import CheckpointError, load_checkpoint
 from fedflex.statefile import STATE_ENTRY, StateFileError, read_state
-from fedflex.strategies.build import build_strategy, check_parts
+from fedflex.strategies.build import build_strategy
+from fedflex.strategies.combinations import check_parts
 from fedflex.strategies.replies import ReplyLimits, check_reply
 from fedflex.strategies.strategy import RoundRecord
 from fedflex.study.runs import StudyError

@@ -108,13 +108,6 @@ class ScenarioConfig:
                 self.deployment.wait_for_nodes,
                 f"must be <= num_clients ({self.num_clients})",
             )
-        if self.client.keep_optimizer_state and self.strategy.local_rule.name in ("bherd", "grab"):
-            raise ConfigError(
-                "client.keep_optimizer_state",
-                True,
-                f"local rule {self.strategy.local_rule.name} runs its own per-step loop with plain SGD and "
-                "keeps no optimiser state; use it with sgd, fedprox, scaffold, fednova, feddyn or fedcm",
-            )
         batch_norm = self.model.name == "cnn-fmnist-authors" or (
             self.model.name == "resnet18" and self.model.norm == "batch"
         )

@@ -116,7 +116,7 @@ def run(
     ConfigError
         A bad scenario, override or ``out``, naming the key; nothing was run or written.
     """
-    from fedflex.strategies.build import check_parts  # the API wires both sides, as the CLI does
+    from fedflex.strategies.combinations import check_parts  # the API wires both sides, as the CLI does
 
     cfg = scenario_config(scenario, overrides)
     check_parts(cfg)

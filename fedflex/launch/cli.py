@@ -208,10 +208,9 @@ def _run(args: argparse.Namespace) -> int:
     if not args.scenario:
         return _fail("run needs a SCENARIO file (or --resume DIR)")
     try:
-        cfg = load_scenario(args.scenario, args.overrides)
-        from fedflex.strategies.build import check_parts  # the CLI wires both sides
+        from fedflex.strategies.combinations import load_checked  # the CLI wires both sides
 
-        check_parts(cfg)
+        cfg = load_checked(args.scenario, args.overrides)
     except ConfigError as exc:
         return _fail(f"config error: {exc}")
     out = Path(args.out) if args.out else (Path(cfg.output.dir) if cfg.output.dir else default_out_dir(cfg.name))

@@ -71,7 +71,8 @@ from fedflex.results import (  # noqa: F401 - the checkpoint pair, also importab
 )
 from fedflex.rundir import RunDirError, RunDirLock
 from fedflex.runinfo import log_outcome, parse_commit, provenance, run_log
-from fedflex.strategies.build import build_strategy, check_parts
+from fedflex.strategies.build import build_strategy
+from fedflex.strategies.combinations import load_checked
 from fedflex.strategies.nodes import simulated_node_count
 from fedflex.strategies.parts import ModelInfo
 from fedflex.strategies.strategy import RoundObserver, RunFailedError
@@ -479,8 +480,7 @@ def flwr_run_scenario(run_config: Any) -> ScenarioConfig:
 
     scenario = str(run_config.get("scenario", "scenarios/quickstart.yaml"))
     overrides = shlex.split(str(run_config.get("overrides", "")))
-    cfg = load_scenario(scenario, overrides)
-    check_parts(cfg)  # the part names and combinations, before the data are loaded
+    cfg = load_checked(scenario, overrides)  # the part names and combinations, before the data are loaded
     if not _sets_checkpoint_every(scenario, overrides):
         output = dataclasses.replace(cfg.output, checkpoint_every=DEPLOYMENT_CHECKPOINT_EVERY)
         cfg = dataclasses.replace(cfg, output=output)

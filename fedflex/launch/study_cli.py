@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 from fedflex.config import ConfigError
-from fedflex.loader import load_scenario
 from fedflex.study.runs import StudyError
 
 EXIT_USAGE = 2
@@ -164,11 +163,11 @@ def _sweep(args: argparse.Namespace) -> int:
             sweep.cpus_per_run = args.cpus_per_run or 1
             if not args.jobs and not (sw.is_study_file(Path(args.scenario)) and study["jobs"]):
                 sweep.jobs = len(sweep.members)  # Ray queues what it cannot place yet
-        from fedflex.strategies.build import check_parts  # the CLI wires both sides
+        from fedflex.strategies.combinations import load_checked  # the CLI wires both sides
 
         for member in sweep.members:
             try:
-                check_parts(load_scenario(sweep.scenario, [*sweep.overrides, *member.overrides]))
+                load_checked(sweep.scenario, [*sweep.overrides, *member.overrides])
             except ConfigError as exc:
                 raise ConfigError(exc.key, exc.value, f"{exc.allowed} (in sweep member {member.name})") from None
         sw.check_existing(sweep)

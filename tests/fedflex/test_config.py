@@ -6,6 +6,7 @@ import pytest
 
 from fedflex.config import ConfigError, ScenarioConfig
 from fedflex.loader import load_scenario, to_yaml
+from fedflex.strategies.combinations import load_checked
 
 SCENARIOS = sorted(p for p in (Path(__file__).parents[2] / "scenarios").rglob("*.yaml") if "studies" not in p.parts)
 
@@ -112,7 +113,7 @@ def test_smoothing_order_must_be_below_the_window():
 @pytest.mark.parametrize("rule", ["bherd", "grab"])
 def test_kept_optimizer_state_is_refused_for_rules_with_their_own_loop(rule):
     with pytest.raises(ConfigError, match="keeps no optimiser state") as info:
-        load_scenario(None, ["client.keep_optimizer_state=true", f"strategy.local_rule.name={rule}"])
+        load_checked(None, ["client.keep_optimizer_state=true", f"strategy.local_rule.name={rule}"])
     assert info.value.key == "client.keep_optimizer_state"
 
 

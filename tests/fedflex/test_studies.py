@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fedflex.loader import load_scenario
-from fedflex.strategies.build import check_parts
+from fedflex.strategies.combinations import check_parts
 from fedflex.study.reference import label_parts
 from fedflex.study.runs import flatten
 from fedflex.study.sweep import plan, read_study

@@ -13,7 +13,8 @@ from fedflex.config import ConfigError
 from fedflex.loader import load_scenario
 from fedflex.strategies.baseline import FedAvgAggregator
 from fedflex.strategies.bherd import BHerdAggregator, bherd_coefficients
-from fedflex.strategies.build import build_strategy, check_parts
+from fedflex.strategies.build import build_strategy
+from fedflex.strategies.combinations import check_parts
 from fedflex.strategies.fednova import FedNovaServer, fednova_step
 from fedflex.strategies.parts import ClientUpdate
 from fedflex.strategies.scaffold import ScaffoldServer

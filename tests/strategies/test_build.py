@@ -33,8 +33,8 @@ from fedflex.strategies.build import (
     SAMPLERS,
     SERVER_RULES,
     build_strategy,
-    check_parts,
 )
+from fedflex.strategies.combinations import check_parts
 from fedflex.strategies.flower_strategy import SamplerStrategy
 from fedflex.strategies.hics_strategy import HiCSFL
 from fedflex.strategies.parts import Sampler, ServerRule

@@ -26,7 +26,7 @@ from fedflex.launch.server import run_server
 from fedflex.loader import load_scenario
 from fedflex.results import read_metrics
 from fedflex.strategies import build
-from fedflex.strategies.build import ROBUST_AGGREGATORS, ROBUST_RULES, check_parts
+from fedflex.strategies.combinations import ROBUST_AGGREGATORS, ROBUST_RULES, check_parts
 
 # the part names: the registries' (the one place that names the parts)
 SAMPLERS, AGGREGATORS, INITIALIZERS = tuple(build.SAMPLERS), tuple(build.AGGREGATORS), tuple(build.INITIALIZERS)

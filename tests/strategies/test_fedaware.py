@@ -19,7 +19,8 @@ from fedflex.loader import load_scenario
 from fedflex.results import read_metrics
 from fedflex.strategies import diagnostics
 from fedflex.strategies.baseline import ExploreFirstSampler, FedAvgAggregator, UniformSampler
-from fedflex.strategies.build import build_strategy, check_parts
+from fedflex.strategies.build import build_strategy
+from fedflex.strategies.combinations import check_parts
 from fedflex.strategies.diagnostics import e_lud
 from fedflex.strategies.fedaware import (
     AwareCore,

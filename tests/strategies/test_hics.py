@@ -715,7 +715,8 @@ def test_sampler_runs_three_rounds_through_the_real_client_app(tmp_path, isolate
 
 def test_scenario_keys_reach_the_hics_sampler():
     from fedflex.loader import load_scenario
-    from fedflex.strategies.build import build_parts, check_parts
+    from fedflex.strategies.build import build_parts
+    from fedflex.strategies.combinations import check_parts
     from fedflex.strategies.parts import ModelInfo
 
     cfg = load_scenario(

@@ -108,7 +108,8 @@ def test_fedams_refuses_an_unknown_epsilon_placement():
 def test_fedams_is_registered_and_wraps_with_aware():
     from fedflex.config import ConfigError
     from fedflex.loader import load_scenario
-    from fedflex.strategies.build import build_parts, check_parts
+    from fedflex.strategies.build import build_parts
+    from fedflex.strategies.combinations import check_parts
     from fedflex.strategies.fedaware import AwarePlugin
 
     cfg = load_scenario(None, ["strategy.aggregator.name=fedams", "strategy.aggregator.aware.enabled=true"])

@@ -13,7 +13,7 @@ from fedflex.launch.local_grid import LocalGrid
 from fedflex.launch.server import run_server
 from fedflex.loader import load_scenario
 from fedflex.results import read_metrics
-from fedflex.strategies.build import check_parts
+from fedflex.strategies.combinations import check_parts
 from fedflex.strategies.parts import ClientUpdate
 from fedflex.strategies.robust import (
     BulyanAggregator,

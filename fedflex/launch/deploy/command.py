@@ -111,7 +111,6 @@ def _verify_certificate(host: str, port: int, ca_file: Path, timeout: float) -> 
 def deploy_local(args: argparse.Namespace) -> int:
     """``fedflex deploy local``: start, run, stop. Returns the exit status."""
     from fedflex.config import ConfigError
-    from fedflex.loader import load_scenario
     from fedflex.results import default_out_dir, unusable_out_dir
 
     resume: Optional[Path] = None
@@ -130,10 +129,9 @@ def deploy_local(args: argparse.Namespace) -> int:
         return _fail("deploy local needs a SCENARIO file (or --resume DIR)")
     else:
         try:
-            cfg = load_scenario(args.scenario, args.overrides)
-            from fedflex.strategies.build import check_parts  # the launcher wires both sides
+            from fedflex.strategies.combinations import load_checked  # the launcher wires both sides
 
-            check_parts(cfg)  # the part names and combinations, before any process starts
+            cfg = load_checked(args.scenario, args.overrides)  # before any process starts
         except ConfigError as exc:
             return _fail(f"config error: {exc}")
     nodes = args.nodes if args.nodes is not None else cfg.num_clients
