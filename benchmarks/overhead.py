@@ -14,7 +14,9 @@ Variants (``backend:vectorize``): ``local:off`` (in-process, one client at a tim
 (Flower's Ray simulation, one cohort message per Ray worker whose clients train one by
 one; before issue 46 one message per client) and ``ray:on`` / ``ray:auto`` (the same
 messages, trained batched / as timed); ``flwr:off`` / ``flwr:rule`` / ``flwr:on`` run the same
-scenario as a Flower user does, ``flwr run . --stream`` on a local simulation federation of
+scenario as a Flower user does (``flwr1:rule``: with ``client-resources-num-cpus=1``, one
+ClientApp per CPU; Flower's default is 2 CPUs a ClientApp),
+``flwr run . --stream`` on a local simulation federation of
 ``num_clients`` SuperNodes (Flower's own simulation engine, one cohort message per CPU;
 before issue 46 one message and one ClientApp call per sampled SuperNode). Flower's local
 SuperLink (127.0.0.1:39091, one per machine) is started by the first ``flwr run`` and left
@@ -41,6 +43,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,9 +63,10 @@ def timed(cmd: list[str]) -> float:
     return dt
 
 
-def flwr_run_command(scenario: str, overrides: list[str], out: str) -> list[str]:
+def flwr_run_command(scenario: str, overrides: list[str], out: str, cpus: str = "") -> list[str]:
     """``flwr run`` of this repository's app on a local simulation federation of the
-    scenario's ``num_clients`` SuperNodes, waiting for the run to end (``--stream``)."""
+    scenario's ``num_clients`` SuperNodes, waiting for the run to end (``--stream``);
+    ``cpus``: Flower's ``client-resources-num-cpus`` (empty: Flower's default, 2)."""
     clients = [o.split("=", 1)[1] for o in overrides if o.startswith("num_clients=")]
     if not clients:
         sys.exit("a flwr variant needs num_clients=N among the case's overrides")
@@ -74,7 +78,7 @@ def flwr_run_command(scenario: str, overrides: list[str], out: str) -> list[str]
         str(ROOT),
         "--stream",
         "--federation-config",
-        f"num-supernodes={clients[-1]}",
+        f"num-supernodes={clients[-1]}" + (f" client-resources-num-cpus={cpus}" if cpus else ""),
         "--run-config",
         run_config,
     ]
@@ -93,14 +97,14 @@ def check_finished(out: str) -> None:
 def variant_overrides(variant: str, device: str) -> list[str]:
     backend, vectorize = variant.split(":")
     ov = [f"simulation.vectorize={vectorize}", f"client.device={device}"]
-    if backend != "flwr":  # under flwr run Flower's engine runs the clients
+    if not backend.startswith("flwr"):  # under flwr run Flower's engine runs the clients
         ov.insert(0, f"simulation.backend={backend}")
     if device == "cuda" and backend == "ray":
         ov.append(f"simulation.num_gpus={1 / max(1, os.cpu_count() or 1):.4f}")
     return ov
 
 
-VARIANT = re.compile(r"(local|ray|flwr):(off|on|auto|rule)")
+VARIANT = re.compile(r"(local|ray|flwr(\d*)):(off|on|auto|rule)")
 
 
 def split_overrides(argv: list[str]) -> tuple[list[str]]:
@@ -125,7 +129,7 @@ def main() -> None:
     bad = [v for v in args.variants if not VARIANT.fullmatch(v)]
     if bad:
         parser.error(f"--variants {' '.join(bad)}: a variant is BACKEND:VECTORIZE, e.g. local:off, ray:auto, flwr:rule")
-    if any(v.startswith("flwr:") for v in args.variants):
+    if any(v.startswith("flwr") for v in args.variants):
         # flwr run starts flower-superlink from PATH and must use this environment as is
         os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
         os.environ["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
@@ -151,8 +155,9 @@ def main() -> None:
                 outs = {}
                 for v in args.variants:
                     out = outs[v] = f"{tmp}/out-{v.replace(':', '-')}"
-                    if v.startswith("flwr:"):
-                        cmd = flwr_run_command(args.scenario, [*ov, *variant_overrides(v, args.device)], out)
+                    if v.startswith("flwr"):
+                        cpus = cast(re.Match, VARIANT.fullmatch(v)).group(2)
+                        cmd = flwr_run_command(args.scenario, [*ov, *variant_overrides(v, args.device)], out, cpus)
                     else:
                         cmd = [sys.executable, "-m", "fedflex", "run", args.scenario, *ov]
                         cmd += [*variant_overrides(v, args.device), "--out", out]
@@ -161,7 +166,7 @@ def main() -> None:
                     cmds.reverse()
                 for name, cmd in cmds:
                     times[name].append(timed(cmd))
-                    if name.startswith("flwr:"):
+                    if name.startswith("flwr"):
                         check_finished(outs[name])
         plain = statistics.median(times["plain"])
         print(f"\ncase {case} ({' '.join(CASES[case])})", flush=True)

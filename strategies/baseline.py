@@ -66,6 +66,7 @@ class UniformSampler(Sampler):
     """
 
     name = "uniform"
+    DP_NOTE = None
     OPTIONS = UniformOptions
     SEED_OFFSET = 1
 
@@ -133,6 +134,7 @@ class ExploreFirstSampler(PartWrapper, Sampler):
     """
 
     name = "explore-first"
+    DP_NOTE = "the sampler's schedule reads per-client updates"
     base: Sampler
 
     def __init__(self, base: Sampler, seed: int) -> None:
@@ -182,6 +184,7 @@ class FedAvgAggregator(Aggregator):
     """
 
     name = "fedavg"
+    DP_NOTE = None
 
     def __init__(self, weighted: bool = True, server_lr: float = 1.0) -> None:
         self.weighted = weighted
@@ -210,3 +213,4 @@ class PreviousInitializer(Initializer):
     """Plain FL: a new session continues from the latest global model."""
 
     name = "previous"
+    DP_NOTE = None

@@ -120,6 +120,7 @@ class BHerdAggregator(Aggregator):
     """
 
     name = "bherd"
+    DP_NOTE = "BHerd's step uses each client's herded gradients"
 
     def __init__(
         self, lr: float, alpha: float, divisor: str = "alpha", weighted: bool = True, server_lr: float = 1.0

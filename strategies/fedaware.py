@@ -539,6 +539,10 @@ class FedAwareAggregator(Aggregator):
     """
 
     name = "fedaware"
+    DP_NOTE = (
+        "FedAWARE keeps a momentum of each client's clipped, un-noised update and weighs "
+        "clients by them (the aggregate is no uniform average: its sensitivity exceeds clipping_norm / K)"
+    )
 
     def __init__(
         self,
@@ -616,6 +620,7 @@ class AwarePlugin(PartWrapper, Aggregator):
     """
 
     name = "aware"
+    DP_NOTE = "AWARE keeps per-client momenta of clipped, un-noised updates and weighs clients by them"
     base: Aggregator
 
     def __init__(

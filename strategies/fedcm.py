@@ -45,6 +45,8 @@ def fedcm_delta(updates: list[Arrays], steps: list[int], start: Arrays, lr: floa
 class FedCMServer(ModelStateRule):
     """FedCM's server half: keeps and sends the global momentum ``delta`` built from the clients' updates."""
 
+    DP_NOTE = "FedCM's momentum (sent to the clients) is built from the un-noised aggregate"
+
     name = rule = "fedcm"
     state_key = "delta"
     delta: Arrays  # the state, set by ModelStateRule under ``state_key``

@@ -44,6 +44,8 @@ def feddyn_h(h: Arrays, updates: list[Arrays], start: Arrays, alpha: float, num_
 class FedDynServer(ModelStateRule):
     """FedDyn's server half: keeps the state ``h`` and shifts every reply by -h / alpha before the aggregator."""
 
+    DP_NOTE = "FedDyn's state h accumulates the un-noised updates"
+
     name = rule = "feddyn"
     state_key = "h"
     h: Arrays  # the state, set by ModelStateRule under ``state_key``

@@ -103,6 +103,7 @@ class FedAvgMAggregator(ServerOptimizer):
     """FedAvg with server momentum (FedAvgM)."""
 
     name = "fedavgm"
+    DP_NOTE = "the server momentum is built from the un-noised aggregate"
 
     def __init__(self, server_lr: float = 1.0, momentum: float = 0.9, **kw: Any) -> None:
         super().__init__(server_lr, **kw)
@@ -151,6 +152,7 @@ class FedAdagradAggregator(_Adaptive):
     """FedAdagrad: the adaptive server optimiser with a summed second moment."""
 
     name = "fedadagrad"
+    DP_NOTE = "the server moments are built from the un-noised aggregate"
 
     def second_moment(self, v, d2):
         """Return the next second-moment estimate from ``v`` and the squared pseudo-gradient ``d2``."""
@@ -161,6 +163,7 @@ class FedAdamAggregator(_Adaptive):
     """FedAdam: the adaptive server optimiser with Adam's second moment."""
 
     name = "fedadam"
+    DP_NOTE = "the server moments are built from the un-noised aggregate"
 
     def second_moment(self, v, d2):
         """Return the next second-moment estimate from ``v`` and the squared pseudo-gradient ``d2``."""
@@ -171,6 +174,7 @@ class FedYogiAggregator(_Adaptive):
     """FedYogi: the adaptive server optimiser with Yogi's second moment."""
 
     name = "fedyogi"
+    DP_NOTE = "the server moments are built from the un-noised aggregate"
 
     def second_moment(self, v, d2):
         """Return the next second-moment estimate from ``v`` and the squared pseudo-gradient ``d2``."""
@@ -198,6 +202,7 @@ class FedAMSAggregator(ServerOptimizer):
     """
 
     name = "fedams"
+    DP_NOTE = "the server moments are built from the un-noised aggregate"
 
     def __init__(
         self,

@@ -156,8 +156,9 @@ class Part(ABC):  # noqa: B024 - the part types below (Sampler, ...) declare abs
     #: its generator's seed offset (the run's seed plus this); None: derived from the name
     SEED_OFFSET: ClassVar[Optional[int]] = None
     #: what Flower's DP noise does not cover of what the part computes per client
-    #: (:mod:`strategies.privacy`); None: nothing
-    DP_NOTE: ClassVar[Optional[str]] = None
+    #: (:mod:`strategies.privacy`); None: nothing (a FedAvg-like part); "" (undeclared): a
+    #: generic warning that the part keeps per-client state
+    DP_NOTE: ClassVar[Optional[str]] = ""
 
     @classmethod
     def seed_offset(cls) -> int:
@@ -310,6 +311,7 @@ class ServerRule(Part):
     """
 
     name = "rule"
+    DP_NOTE = None  # sgd, fedprox, the herding rules' plain half: the model only
     rule = "sgd"  # the local rule this half belongs to: the name of its default options
 
     def __init__(self, options: Optional[LocalRuleConfig] = None) -> None:

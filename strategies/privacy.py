@@ -46,31 +46,6 @@ SERVER_SIDE = (DifferentialPrivacyServerSideFixedClipping, DifferentialPrivacySe
 #: Flower's DP wrappers whose clients clip (``fixedclipping_mod`` / ``adaptiveclipping_mod``)
 CLIENT_SIDE = (DifferentialPrivacyClientSideFixedClipping, DifferentialPrivacyClientSideAdaptiveClipping)
 
-#: part name -> what it computes from per-client information that the wrapper's noise does not
-#: cover (a sampler class says it itself: its ``DP_NOTE``)
-UNPROTECTED = {
-    "explore-first": "the sampler's schedule reads per-client updates",
-    "fedaware": "FedAWARE keeps a momentum of each client's clipped, un-noised update and weighs "
-    "clients by them (the aggregate is no uniform average: its sensitivity exceeds clipping_norm / K)",
-    "aware": "AWARE keeps per-client momenta of clipped, un-noised updates and weighs clients by them",
-    "fedavgm": "the server momentum is built from the un-noised aggregate",
-    "fedadam": "the server moments are built from the un-noised aggregate",
-    "fedyogi": "the server moments are built from the un-noised aggregate",
-    "fedadagrad": "the server moments are built from the un-noised aggregate",
-    "fedams": "the server moments are built from the un-noised aggregate",
-    "median": "a robust aggregate is no average: its sensitivity is not clipping_norm / K",
-    "trimmed-mean": "a robust aggregate is no average: its sensitivity is not clipping_norm / K",
-    "bulyan": "a robust aggregate is no average: its sensitivity is not clipping_norm / K",
-    "bherd": "BHerd's step uses each client's herded gradients",
-    "feddyn": "FedDyn's state h accumulates the un-noised updates",
-    "fedcm": "FedCM's momentum (sent to the clients) is built from the un-noised aggregate",
-    "session-aware": "SessionAware weighs the stored session models by gradient rounds whose per-client "
-    "replies bypass the wrapper (not noised; not clipped under server-side clipping)",
-    "average": "the average initializer mixes the stored session models",
-}
-#: parts under which a round is Flower's FedAvg (nothing per client outside the aggregate)
-PLAIN = {"uniform", "fedavg", "previous", "rule", "sgd", "fedprox"}
-
 
 def find_dp_wrapper(strategy: "FedFlex") -> Optional[Any]:
     """Return the Flower DP wrapper that holds ``strategy`` (as its ``strategy``), or None.
@@ -103,16 +78,15 @@ def under_dp(strategy: "FedFlex", wrapper: Any, messages: list[Message], checked
 
 def _part_notes(strategy: "FedFlex") -> list[str]:
     """Return what each of the strategy's parts (wrapped ones included) computes per client
-    outside the noise: its class's ``DP_NOTE``, its :data:`UNPROTECTED` entry, or a
-    generic line; nothing for the :data:`PLAIN` parts.
+    outside the noise: its class's ``DP_NOTE`` (None: nothing; undeclared: a generic line).
     """
     notes = []
     for top in strategy.parts:
         part: Optional[Part] = top
         while part is not None:
-            name = part.options.name if isinstance(part, ServerRule) else part.name
-            if name not in PLAIN:
-                notes.append(part.DP_NOTE or UNPROTECTED.get(name, f"part {name} keeps per-client state"))
+            if part.DP_NOTE is not None:
+                name = part.options.name if isinstance(part, ServerRule) else part.name
+                notes.append(part.DP_NOTE or f"part {name} keeps per-client state")
             part = getattr(part, "base", None)
     return notes
 

@@ -120,6 +120,8 @@ class RobustAggregator(Aggregator):
     step x <- x + ``server_lr`` (agg - x); non-float entries keep the global model's.
     """
 
+    DP_NOTE = "a robust aggregate is no average: its sensitivity is not clipping_norm / K"
+
     def __init__(self, server_lr: float = 1.0) -> None:
         self.server_lr = server_lr
         self._metrics: dict[str, Any] = {}

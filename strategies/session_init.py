@@ -129,6 +129,7 @@ class AverageInitializer(_SessionMemory):
     """
 
     name = "average"
+    DP_NOTE = "the average initializer mixes the stored session models"
 
     def __init__(self) -> None:
         super().__init__()
@@ -194,6 +195,10 @@ class SessionAwareInitializer(_SessionMemory):
     """
 
     name = "session-aware"
+    DP_NOTE = (
+        "SessionAware weighs the stored session models by gradient rounds whose per-client "
+        "replies bypass the wrapper (not noised; not clipped under server-side clipping)"
+    )
 
     def __init__(
         self,
