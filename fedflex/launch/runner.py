@@ -112,12 +112,19 @@ def start_ray(cfg: ScenarioConfig) -> None:
 
     if ray.is_initialized():
         return
-    with interrupts.shielding_children():  # "local": never a cluster that `ray start` runs on this machine
-        ray.init(
-            address="local",
-            runtime_env={"env_vars": {"PYTHONPATH": _worker_pythonpath()}},
-            **backend_config(cfg)["init_args"],
-        )
+    # the workers' PYTHONPATH through the environment Ray's processes start with, not a
+    # runtime_env: a job's runtime_env cannot use the workers Ray prestarts at init, and
+    # waits for new ones (1-2 s of start-up here; benchmarks/startup.py). Restored after.
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = _worker_pythonpath()
+    try:
+        with interrupts.shielding_children():  # "local": never a cluster that `ray start` runs on this machine
+            ray.init(address="local", **backend_config(cfg)["init_args"])
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 class _DropRunSimulationDeprecation(logging.Filter):
