@@ -38,8 +38,9 @@ from flwr.common import log
 
 from fedflex import keys
 from fedflex.arrays import is_float
+from fedflex.config import AggregatorConfig, LocalRuleConfig
 from fedflex.strategies.baseline import weighted_average
-from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate
+from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate, Federation
 
 DIVISORS = ("alpha", "reported", "fednova")
 #: warn when the median relative gap between the herded and the full mean gradient
@@ -121,6 +122,34 @@ class BHerdAggregator(Aggregator):
 
     name = "bherd"
     DP_NOTE = "BHerd's step uses each client's herded gradients"
+
+    @classmethod
+    def build(cls, options: AggregatorConfig, federation: Federation) -> "BHerdAggregator":
+        """Return BHerd's step with the divisor of the federation's local rule: configured
+        alpha (bherd), reported alpha_t (grab) or FedNova's tau_eff / k_i (bherd on fednova).
+        """
+        rule = federation.local_rule or LocalRuleConfig(name="bherd")
+        divisor = "reported" if rule.name == "grab" else ("fednova" if rule.bherd.base == "fednova" else "alpha")
+        if federation.momentum > 0:
+            log(
+                WARNING,
+                "bherd: client.momentum=%s: the server steps with the raw mini-batch gradients, "
+                "not the momentum steps the clients took (alpha=1 is then not FedAvg)",
+                federation.momentum,
+            )
+        if rule.name == "bherd" and rule.bherd.alpha == 1.0:
+            log(
+                WARNING,
+                "bherd with bherd.alpha=1 uploads every gradient: it is %s",
+                {"fedavg": "FedAvg", "fednova": "FedNova", "scaffold": "SCAFFOLD"}[rule.bherd.base],
+            )
+        return cls(
+            lr=federation.lr,
+            alpha=rule.bherd.alpha,
+            divisor=divisor,
+            weighted=options.weighted,
+            server_lr=options.server_lr,
+        )
 
     def __init__(
         self, lr: float, alpha: float, divisor: str = "alpha", weighted: bool = True, server_lr: float = 1.0

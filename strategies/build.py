@@ -5,22 +5,21 @@ The registries :data:`SAMPLERS`, :data:`AGGREGATORS`, :data:`INITIALIZERS` and
 value of ``strategy.<part>.name`` to the part (the core config lists no names).
 :data:`SAMPLERS` holds sampler classes, each its own spec (name, options class and
 section, seed offset, DP note, :meth:`~strategies.parts.Sampler.build`): the seed
-offsets, the options sections a scenario may hold (:func:`extra_sections`) and the
-named strategy :class:`~strategies.flower_strategy.SamplerStrategy` are derived from it; the
-others map a name to a constructor. A method is a choice of one name per part; a new
-part is its module plus one line here (a local rule's client half has its line in
-``clients/rules.py`` ``LOCAL_RULES``). Names no registry has and combinations that cannot
-work together are refused by :mod:`strategies.combinations`, once per load.
+offsets, the options sections a scenario may hold (:func:`extra_sections`) and the named
+strategy :class:`~strategies.flower_strategy.SamplerStrategy` are derived from it.
+:data:`AGGREGATORS` and :data:`INITIALIZERS` hold classes as well (each builds itself
+from its ``strategy.<part>`` section); :data:`SERVER_RULES` maps a name to a
+constructor. A method is a choice of one name per part; a new part is its module plus
+one line here (a local rule's client half has its line in ``clients/rules.py``
+``LOCAL_RULES``). Names no registry has and combinations that cannot work together are
+refused by :mod:`strategies.combinations`, once per load.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, fields
-from logging import WARNING
-from typing import Callable, Mapping, Optional, cast
-
-from flwr.common import log
+from dataclasses import fields
+from typing import Callable, Mapping, Optional, TypeVar, cast
 
 from fedflex.churn import Availability, SessionTracker
 from fedflex.config import SamplerConfig, ScenarioConfig
@@ -49,6 +48,7 @@ from fedflex.strategies.parts import (
     Federation,
     Initializer,
     ModelInfo,
+    Part,
     Sampler,
     ServerRule,
 )
@@ -58,6 +58,7 @@ from fedflex.strategies.robust import (
     BulyanAggregator,
     KrumAggregator,
     MedianAggregator,
+    MultiKrumAggregator,
     TrimmedMeanAggregator,
 )
 from fedflex.strategies.scaffold import ScaffoldServer
@@ -69,8 +70,11 @@ def _reset(cfg: ScenarioConfig) -> bool:
     return cfg.strategy.aggregator.on_model_switch == "reset"
 
 
-def registry(*classes: type[Sampler]) -> dict[str, type[Sampler]]:
-    """Return the classes by their names (``strategy.sampler.name`` values)."""
+P = TypeVar("P", bound=Part)
+
+
+def registry(*classes: type[P]) -> dict[str, type[P]]:
+    """Return the classes by their names (``strategy.<part>.name`` values)."""
     return {cls.name: cls for cls in classes}
 
 
@@ -98,6 +102,8 @@ def federation(cfg: ScenarioConfig, model: ModelInfo) -> Federation:
         seed=cfg.seed,
         lr=cfg.client.lr,
         model=model,
+        local_rule=cfg.strategy.local_rule,
+        momentum=cfg.client.momentum,
     )
 
 
@@ -117,95 +123,31 @@ def extra_sections() -> dict[str, type]:
 SECTION_SOURCES.append(extra_sections)
 
 
-def _server_opt(cls, *sections: str):
-    """Return a factory of a server optimiser from the aggregator's common options and the fields of its sections."""
-
-    def make(cfg: ScenarioConfig, model: ModelInfo):
-        a = cfg.strategy.aggregator
-        fields = {k: v for section in sections for k, v in asdict(getattr(a, section)).items()}
-        return cls(server_lr=a.server_lr, weighted=a.weighted, reset_on_switch=_reset(cfg), **fields)
-
-    return make
-
-
-AGGREGATORS: dict[str, Callable[[ScenarioConfig, ModelInfo], Aggregator]] = {
-    # with_aware: `strategy.aggregator.aware.enabled` wraps the base in the AWARE plug-in
-    "fedavg": lambda cfg, model: FedAvgAggregator(
-        weighted=cfg.strategy.aggregator.weighted, server_lr=cfg.strategy.aggregator.server_lr
-    ),
-    "fedavgm": _server_opt(FedAvgMAggregator, "fedavgm"),
-    "fedadam": _server_opt(FedAdamAggregator, "adaptive"),
-    "fedyogi": _server_opt(FedYogiAggregator, "adaptive"),
-    "fedadagrad": _server_opt(FedAdagradAggregator, "adaptive"),
-    "fedams": _server_opt(FedAMSAggregator, "adaptive", "fedams"),
-    "fedaware": lambda cfg, model: FedAwareAggregator(
-        cfg.num_clients,
-        cfg.strategy.aggregator.aware,
-        server_lr=cfg.strategy.aggregator.server_lr,
-        weighted=cfg.strategy.aggregator.weighted,
-        reset_on_switch=_reset(cfg),
-    ),
-    "bherd": lambda cfg, model: _bherd_aggregator(cfg),
+AGGREGATORS: dict[str, type[Aggregator]] = registry(
+    FedAvgAggregator,
+    FedAvgMAggregator,
+    FedAdamAggregator,
+    FedYogiAggregator,
+    FedAdagradAggregator,
+    FedAMSAggregator,
+    FedAwareAggregator,  # `strategy.aggregator.aware.enabled` wraps the others in the AWARE plug-in
+    BHerdAggregator,
     # Byzantine-robust (strategies/robust.py: Flower's FedMedian, FedTrimmedAvg, Krum, MultiKrum, Bulyan)
-    "median": lambda cfg, model: MedianAggregator(server_lr=cfg.strategy.aggregator.server_lr),
-    "trimmed-mean": lambda cfg, model: TrimmedMeanAggregator(
-        cfg.strategy.aggregator.trimmed_mean.beta, server_lr=cfg.strategy.aggregator.server_lr
-    ),
-    "krum": lambda cfg, model: KrumAggregator(
-        cfg.strategy.aggregator.krum.num_malicious, select=1, server_lr=cfg.strategy.aggregator.server_lr
-    ),
-    "multikrum": lambda cfg, model: KrumAggregator(
-        cfg.strategy.aggregator.krum.num_malicious,
-        select=cfg.strategy.aggregator.krum.num_selected,
-        weighted=cfg.strategy.aggregator.weighted,
-        server_lr=cfg.strategy.aggregator.server_lr,
-    ),
-    "bulyan": lambda cfg, model: BulyanAggregator(
-        cfg.strategy.aggregator.krum.num_malicious, server_lr=cfg.strategy.aggregator.server_lr
-    ),
-}
-
-INITIALIZERS: dict[str, Callable[[ScenarioConfig, ModelInfo], Initializer]] = {
-    "previous": lambda cfg, model: PreviousInitializer(),
-    "average": lambda cfg, model: AverageInitializer(),
-    "session-aware": lambda cfg, model: SessionAwareInitializer(
-        cfg.strategy.initializer.session_aware,
-        clients_per_round=cast(int, cfg.strategy.sampler.clients_per_round),  # filled by validate
-        seed=seed(cfg, "session-aware"),
-    ),
-}
+    MedianAggregator,
+    TrimmedMeanAggregator,
+    KrumAggregator,
+    MultiKrumAggregator,
+    BulyanAggregator,
+)
+INITIALIZERS: dict[str, type[Initializer]] = registry(PreviousInitializer, AverageInitializer, SessionAwareInitializer)
 
 
 def _aggregator(cfg: ScenarioConfig, model: ModelInfo) -> Aggregator:
     a = cfg.strategy.aggregator
-    base = AGGREGATORS[a.name](cfg, model)
+    base = AGGREGATORS[a.name].build(a, federation(cfg, model))
     if a.aware.enabled:  # the AWARE plug-in around a server optimiser
         return AwarePlugin(base, cfg.num_clients, a.aware, reset_on_switch=_reset(cfg))
     return base
-
-
-def _bherd_aggregator(cfg: ScenarioConfig) -> BHerdAggregator:
-    """BHerd's step with the divisor of the local rule: configured alpha (bherd),
-    reported alpha_t (grab) or FedNova's tau_eff / k_i (bherd on fednova).
-    """
-    r, a = cfg.strategy.local_rule, cfg.strategy.aggregator
-    divisor = "reported" if r.name == "grab" else ("fednova" if r.bherd.base == "fednova" else "alpha")
-    if cfg.client.momentum > 0:
-        log(
-            WARNING,
-            "bherd: client.momentum=%s: the server steps with the raw mini-batch gradients, "
-            "not the momentum steps the clients took (alpha=1 is then not FedAvg)",
-            cfg.client.momentum,
-        )
-    if r.name == "bherd" and r.bherd.alpha == 1.0:
-        log(
-            WARNING,
-            "bherd with bherd.alpha=1 uploads every gradient: it is %s",
-            {"fedavg": "FedAvg", "fednova": "FedNova", "scaffold": "SCAFFOLD"}[r.bherd.base],
-        )
-    return BHerdAggregator(
-        lr=cfg.client.lr, alpha=r.bherd.alpha, divisor=divisor, weighted=a.weighted, server_lr=a.server_lr
-    )
 
 
 def _scaffold(cfg: ScenarioConfig) -> ScaffoldServer:
@@ -267,7 +209,7 @@ def build_parts(
     return (
         _sampler(cfg, model),
         _aggregator(cfg, model),
-        INITIALIZERS[s.initializer.name](cfg, model),
+        INITIALIZERS[s.initializer.name].build(s.initializer, federation(cfg, model)),
         SERVER_RULES[s.local_rule.name](cfg, model),
     )
 

@@ -12,7 +12,8 @@ scenario: loaded, checked, once; building the parts does not check again.
 from __future__ import annotations
 
 from logging import WARNING
-from typing import Optional, Sequence, cast
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, cast
 
 from flwr.common import log
 
@@ -23,7 +24,7 @@ from fedflex.strategies.build import AGGREGATORS, INITIALIZERS, SAMPLERS, SERVER
 from fedflex.strategies.robust import clip_refusal
 
 
-def load_checked(path: Optional[str], overrides: Sequence[str] = ()) -> ScenarioConfig:
+def load_checked(path: Optional[str | Path | Mapping[str, Any]], overrides: Iterable[str] = ()) -> ScenarioConfig:
     """Load a scenario (:func:`fedflex.loader.load_scenario`) and check its parts (:func:`check_parts`)."""
     cfg = load_scenario(path, list(overrides))
     check_parts(cfg)

@@ -50,6 +50,7 @@ import numpy as np
 from flwr.common import log
 
 from fedflex.arrays import flatten, is_float
+from fedflex.config import AggregatorConfig
 from fedflex.options import (
     AWARE_DEPARTED,
     AWARE_SOLVER_ITERS,
@@ -68,7 +69,7 @@ from fedflex.strategies.min_norm import (  # noqa: F401 - the kernels, also impo
     projection_coefficient,
     two_point,
 )
-from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate, PartWrapper, RoundContext
+from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate, Federation, PartWrapper, RoundContext
 
 #: storage types of the momenta
 MOMENTUM_DTYPES = FLOAT_DTYPES
@@ -543,6 +544,18 @@ class FedAwareAggregator(Aggregator):
         "FedAWARE keeps a momentum of each client's clipped, un-noised update and weighs "
         "clients by them (the aggregate is no uniform average: its sensitivity exceeds clipping_norm / K)"
     )
+
+    @classmethod
+    def build(cls, options: AggregatorConfig, federation: Federation) -> "FedAwareAggregator":
+        """Return FedAWARE with the ``aware`` section, for the federation's clients."""
+        reset = options.on_model_switch == "reset"
+        return cls(
+            federation.num_clients,
+            options.aware,
+            server_lr=options.server_lr,
+            weighted=options.weighted,
+            reset_on_switch=reset,
+        )
 
     def __init__(
         self,

@@ -32,18 +32,30 @@ an initializer replaces the global model.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from fedflex.arrays import is_float
+from fedflex.config import AggregatorConfig
 from fedflex.strategies.baseline import weighted_average
-from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate
+from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate, Federation
 
 
 class ServerOptimizer(Aggregator):
     """Base: FedAvg mean, then a stateful step on the pseudo-gradient."""
+
+    #: the sections of ``strategy.aggregator`` whose fields are its keyword arguments
+    SECTIONS: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def build(cls, options: AggregatorConfig, federation: Federation) -> "ServerOptimizer":
+        """Return the optimiser from the common options and the fields of its :attr:`SECTIONS`."""
+        fields = {k: v for section in cls.SECTIONS for k, v in dataclasses.asdict(getattr(options, section)).items()}
+        reset = options.on_model_switch == "reset"
+        return cls(server_lr=options.server_lr, weighted=options.weighted, reset_on_switch=reset, **fields)
 
     def __init__(self, server_lr: float, weighted: bool = True, reset_on_switch: bool = False) -> None:
         self.server_lr = server_lr
@@ -103,6 +115,7 @@ class FedAvgMAggregator(ServerOptimizer):
     """FedAvg with server momentum (FedAvgM)."""
 
     name = "fedavgm"
+    SECTIONS = ("fedavgm",)
     DP_NOTE = "the server momentum is built from the un-noised aggregate"
 
     def __init__(self, server_lr: float = 1.0, momentum: float = 0.9, **kw: Any) -> None:
@@ -152,6 +165,7 @@ class FedAdagradAggregator(_Adaptive):
     """FedAdagrad: the adaptive server optimiser with a summed second moment."""
 
     name = "fedadagrad"
+    SECTIONS = ("adaptive",)
     DP_NOTE = "the server moments are built from the un-noised aggregate"
 
     def second_moment(self, v, d2):
@@ -163,6 +177,7 @@ class FedAdamAggregator(_Adaptive):
     """FedAdam: the adaptive server optimiser with Adam's second moment."""
 
     name = "fedadam"
+    SECTIONS = ("adaptive",)
     DP_NOTE = "the server moments are built from the un-noised aggregate"
 
     def second_moment(self, v, d2):
@@ -174,6 +189,7 @@ class FedYogiAggregator(_Adaptive):
     """FedYogi: the adaptive server optimiser with Yogi's second moment."""
 
     name = "fedyogi"
+    SECTIONS = ("adaptive",)
     DP_NOTE = "the server moments are built from the un-noised aggregate"
 
     def second_moment(self, v, d2):
@@ -202,6 +218,7 @@ class FedAMSAggregator(ServerOptimizer):
     """
 
     name = "fedams"
+    SECTIONS = ("adaptive", "fedams")
     DP_NOTE = "the server moments are built from the un-noised aggregate"
 
     def __init__(

@@ -25,7 +25,7 @@ import numpy as np
 from flwr.common import log
 
 from fedflex import keys
-from fedflex.config import LocalRuleConfig
+from fedflex.config import AggregatorConfig, InitializerConfig, LocalRuleConfig
 from fedflex.options import MethodOptions
 from fedflex.records import to_record
 
@@ -93,6 +93,9 @@ class Federation:
         the round's lr at run time.
     model
         The model's description (HiCS-FL's output-layer bias).
+    local_rule, momentum
+        The clients' local rule and their SGD momentum (BHerd's server step divides by the
+        rule's alpha and warns about momentum); None: plain SGD.
     """
 
     num_clients: int
@@ -101,6 +104,8 @@ class Federation:
     seed: int
     lr: float
     model: ModelInfo
+    local_rule: Optional[LocalRuleConfig] = None
+    momentum: float = 0.0
 
     def seed_of(self, part: "str | type[Part]") -> int:
         """Return the seed of a part's generator: the run's seed plus the part class's
@@ -281,7 +286,21 @@ class Sampler(Part):
 
 
 class Aggregator(Part):
-    """Turns the round's replies into the next global model."""
+    """Turns the round's replies into the next global model.
+
+    An aggregator class is also its own spec, as a sampler is: its :attr:`name`
+    (``strategy.aggregator.name``), its DP note, and :meth:`build`, which makes it from
+    the scenario's ``strategy.aggregator`` section (the options every aggregator reads
+    and its method's section) for a :class:`Federation`; a new aggregator is its module
+    plus its class in :data:`strategies.build.AGGREGATORS`.
+    """
+
+    @classmethod
+    def build(cls, options: AggregatorConfig, federation: Federation) -> "Aggregator":
+        """Return the aggregator from ``options`` (``strategy.aggregator``) for ``federation``:
+        ``cls(weighted=..., server_lr=...)`` unless an aggregator needs more.
+        """
+        return cls(weighted=options.weighted, server_lr=options.server_lr)  # type: ignore[call-arg]
 
     @abstractmethod
     def aggregate(self, server_round: int, global_arrays: Arrays, updates: list[ClientUpdate]) -> Arrays:
@@ -311,7 +330,7 @@ class ServerRule(Part):
     """
 
     name = "rule"
-    DP_NOTE = None  # sgd, fedprox, the herding rules' plain half: the model only
+    DP_NOTE: ClassVar[Optional[str]] = None  # sgd, fedprox, the herding rules' plain half: the model only
     rule = "sgd"  # the local rule this half belongs to: the name of its default options
 
     def __init__(self, options: Optional[LocalRuleConfig] = None) -> None:
@@ -399,7 +418,19 @@ class ModelStateRule(ServerRule):
 
 
 class Initializer(Part):
-    """Chooses the model a new session starts from."""
+    """Chooses the model a new session starts from.
+
+    Its own spec, as a sampler is (:attr:`name`, DP note, :meth:`build` from
+    ``strategy.initializer``); a new one is its module plus its class in
+    :data:`strategies.build.INITIALIZERS`.
+    """
+
+    @classmethod
+    def build(cls, options: InitializerConfig, federation: Federation) -> "Initializer":
+        """Return the initializer from ``options`` (``strategy.initializer``) for ``federation``: ``cls()``
+        unless one needs more.
+        """
+        return cls()
 
     def on_session_start(
         self, server_round: int, session: int, online: np.ndarray, global_arrays: Arrays

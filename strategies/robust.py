@@ -48,7 +48,8 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from fedflex import keys
 from fedflex.arrays import is_float, numpy_to_record, record_to_numpy
-from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate
+from fedflex.config import AggregatorConfig
+from fedflex.strategies.parts import Aggregator, Arrays, ClientUpdate, Federation
 
 
 def clip_update(arrays: Arrays, global_arrays: Arrays, max_norm: float) -> tuple[Arrays, float]:
@@ -122,6 +123,11 @@ class RobustAggregator(Aggregator):
 
     DP_NOTE = "a robust aggregate is no average: its sensitivity is not clipping_norm / K"
 
+    @classmethod
+    def build(cls, options: AggregatorConfig, federation: Federation) -> "RobustAggregator":
+        """Return the aggregator with ``server_lr`` (a robust rule weighs no reply by its examples)."""
+        return cls(server_lr=options.server_lr)
+
     def __init__(self, server_lr: float = 1.0) -> None:
         self.server_lr = server_lr
         self._metrics: dict[str, Any] = {}
@@ -177,6 +183,11 @@ class TrimmedMeanAggregator(RobustAggregator):
 
     name = "trimmed-mean"
 
+    @classmethod
+    def build(cls, options: AggregatorConfig, federation: Federation) -> "TrimmedMeanAggregator":
+        """Return the trimmed mean with ``trimmed_mean.beta``."""
+        return cls(options.trimmed_mean.beta, server_lr=options.server_lr)
+
     def __init__(self, beta: float, server_lr: float = 1.0) -> None:
         super().__init__(server_lr)
         self.beta = beta
@@ -210,6 +221,13 @@ class KrumAggregator(RobustAggregator):
     ``krum_selected``.
     """
 
+    name = "krum"
+
+    @classmethod
+    def build(cls, options: AggregatorConfig, federation: Federation) -> "KrumAggregator":
+        """Return Krum with ``krum.num_malicious``: one reply selected."""
+        return cls(options.krum.num_malicious, select=1, server_lr=options.server_lr)
+
     def __init__(
         self, num_malicious: int, select: Optional[int] = 1, weighted: bool = True, server_lr: float = 1.0
     ) -> None:
@@ -242,6 +260,18 @@ class KrumAggregator(RobustAggregator):
         return f"{self.name}(f={self.f}{select}, server_lr={self.server_lr})"
 
 
+class MultiKrumAggregator(KrumAggregator):
+    """Multi-Krum: :class:`KrumAggregator` selecting ``krum.num_selected`` replies (None: n - f)."""
+
+    name = "multikrum"
+
+    @classmethod
+    def build(cls, options: AggregatorConfig, federation: Federation) -> "MultiKrumAggregator":
+        """Return Multi-Krum with ``krum.num_malicious`` and ``krum.num_selected``, weighted as asked."""
+        krum = options.krum
+        return cls(krum.num_malicious, select=krum.num_selected, weighted=options.weighted, server_lr=options.server_lr)
+
+
 class BulyanAggregator(RobustAggregator):
     """Bulyan: multikrum selects theta = n - 2f replies; per coordinate, the mean of the
     theta - 2f selected values closest to their median. Needs n >= 4f + 3 replies; a
@@ -249,6 +279,11 @@ class BulyanAggregator(RobustAggregator):
     """
 
     name = "bulyan"
+
+    @classmethod
+    def build(cls, options: AggregatorConfig, federation: Federation) -> "BulyanAggregator":
+        """Return Bulyan with ``krum.num_malicious``."""
+        return cls(options.krum.num_malicious, server_lr=options.server_lr)
 
     def __init__(self, num_malicious: int, server_lr: float = 1.0) -> None:
         super().__init__(server_lr)

@@ -33,10 +33,11 @@ import numpy as np
 from flwr.common import log
 
 from fedflex.arrays import flatten, is_float
+from fedflex.config import InitializerConfig
 from fedflex.options import SESSION_DISTANCES, SessionAwareOptions, resolve_options
 from fedflex.strategies.baseline import weighted_average
 from fedflex.strategies.clustering import unit_rows
-from fedflex.strategies.parts import Arrays, Initializer
+from fedflex.strategies.parts import Arrays, Federation, Initializer
 
 
 def softmin_weights(distances: np.ndarray, scale: float) -> np.ndarray:
@@ -199,6 +200,13 @@ class SessionAwareInitializer(_SessionMemory):
         "SessionAware weighs the stored session models by gradient rounds whose per-client "
         "replies bypass the wrapper (not noised; not clipped under server-side clipping)"
     )
+
+    @classmethod
+    def build(cls, options: InitializerConfig, federation: Federation) -> "SessionAwareInitializer":
+        """Return the initializer with the ``session_aware`` section, for the federation's K and seed."""
+        return cls(
+            options.session_aware, clients_per_round=federation.clients_per_round, seed=federation.seed_of(cls.name)
+        )
 
     def __init__(
         self,

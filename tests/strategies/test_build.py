@@ -209,3 +209,22 @@ class _Input:
 
     def __init__(self, options) -> None:
         self.options = options
+
+
+def test_a_toy_aggregator_is_its_class_and_one_registry_line(monkeypatch, tmp_path):
+    # issue 44: an aggregator is its own spec (name, build from strategy.aggregator), as a sampler is
+    from fedflex.strategies.baseline import FedAvgAggregator
+
+    class _HalfStep(FedAvgAggregator):
+        name = "half-step"
+        DP_NOTE = None
+
+        @classmethod
+        def build(cls, options, federation):
+            return cls(weighted=options.weighted, server_lr=0.5 * options.server_lr)
+
+    monkeypatch.setitem(build.AGGREGATORS, "half-step", _HalfStep)  # the one line
+    cfg = load_scenario(None, [*BASE, "strategy.aggregator.name=half-step", "strategy.aggregator.server_lr=0.8"])
+    check_parts(cfg)
+    strategy = build_strategy(cfg, None)
+    assert type(strategy.aggregator) is _HalfStep and strategy.aggregator.server_lr == 0.4

@@ -308,7 +308,7 @@ def test_summary_lists_each_transition(isolated):
 
 def test_session_distance_is_a_checked_option():
     from fedflex.config import ConfigError
-    from fedflex.strategies.build import INITIALIZERS
+    from fedflex.strategies.build import INITIALIZERS, federation
     from fedflex.strategies.parts import ModelInfo
 
     cfg = load_scenario(
@@ -316,7 +316,8 @@ def test_session_distance_is_a_checked_option():
         ALTERNATING
         + ["strategy.initializer.name=session-aware", "strategy.initializer.session_aware.distance=normalized"],
     )
-    assert INITIALIZERS["session-aware"](cfg, ModelInfo()).distance == "normalized"
+    initializer = INITIALIZERS["session-aware"].build(cfg.strategy.initializer, federation(cfg, ModelInfo()))
+    assert initializer.distance == "normalized"
     with pytest.raises(ConfigError, match="distance"):
         load_scenario(
             None,
