@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -125,6 +126,80 @@ def start_ray(cfg: ScenarioConfig) -> None:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = before
+    _stop_at_once_when_shut_down()
+
+
+def _blocks_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` has SIGTERM blocked (Linux's ``/proc/PID/status``; False elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            mask = next(line for line in status if line.startswith("SigBlk:")).split()[1]
+        return bool(int(mask, 16) >> (signal.SIGTERM - 1) & 1)
+    except (OSError, StopIteration, ValueError, IndexError):
+        return False
+
+
+#: seconds Ray's processes get to exit on SIGTERM before they are killed, all of them at once
+RAY_GRACE_S = 1.0
+
+
+def _stop_at_once_when_shut_down() -> None:
+    """Make ``ray.shutdown`` (Flower's backend calls it when the simulation ends) stop the
+    Ray processes this run started at once: Ray 2.x sends each of them SIGTERM and waits
+    up to 1 s for it, one after the other, then kills it. Under fedflex's own signal
+    handling they were started with SIGTERM blocked (:func:`fedflex.interrupts.shielding_children`:
+    a stop signal to the process group must not stop Ray mid-round), so the raylet, GCS
+    server, monitor, dashboard and log monitor each take the full second: 5.3 s at the
+    end of every Ray run here (``ray._private.node.Node._kill_process_type`` timed). Here
+    SIGTERM goes to all of them together, those still running after one wait of
+    :data:`RAY_GRACE_S` are killed, as Ray would kill them; Ray's own shutdown follows
+    (the reaper last, as it does). Reads Ray's private node object: on a Ray without it,
+    nothing changes.
+    """
+    try:
+        from ray._private import worker as ray_worker
+
+        node = ray_worker._global_node
+        kill_all = node.kill_all_processes
+    except Exception:  # another Ray: its own shutdown, unchanged
+        return
+
+    def kill_all_processes(*args: Any, **kwargs: Any) -> None:
+        try:
+            import psutil  # Ray's own dependency
+
+            started = [
+                info.process
+                for kind, infos in node.all_processes.items()
+                if kind != "reaper"
+                for info in infos
+                if info.process.poll() is None
+            ]
+            # the raylet's children too (its agents and workers), which outlive a raylet killed at once
+            processes = [psutil.Process(p.pid) for p in started]
+            processes += [c for p in processes for c in p.children(recursive=True)]
+            # SIGTERM first where a process can take it; one started with SIGTERM blocked
+            # (shielding_children) would only wait out the grace second
+            graceful = [p for p in processes if not _blocks_sigterm(p.pid)]
+            for process in graceful:
+                process.terminate()
+            _, alive = psutil.wait_procs(graceful, timeout=RAY_GRACE_S) if graceful else ([], [])
+            alive += [p for p in processes if p not in graceful]
+            for process in alive:
+                process.kill()  # what Ray does after its grace second, here for all at once
+            psutil.wait_procs(alive, timeout=RAY_GRACE_S)
+            for info in node.all_processes.get("reaper", []):  # last, as Ray does: the others are gone
+                if info.process.poll() is None and _blocks_sigterm(info.process.pid):
+                    info.process.kill()
+                    info.process.wait(RAY_GRACE_S)
+                    started.append(info.process)
+            for process in started:
+                process.poll()  # reaped: Ray's shutdown sees them gone
+        except Exception as exc:  # Ray's own shutdown still runs
+            logger.debug("stopping Ray's processes at once failed: %s", exc)
+        kill_all(*args, **kwargs)
+
+    node.kill_all_processes = kill_all_processes
 
 
 class _DropRunSimulationDeprecation(logging.Filter):
