@@ -159,14 +159,14 @@ def _stop_at_once_when_shut_down() -> None:
     try:
         from ray._private import worker as ray_worker
 
-        node = ray_worker._global_node
+        node: Any = ray_worker._global_node
         kill_all = node.kill_all_processes
     except Exception:  # another Ray: its own shutdown, unchanged
         return
 
     def kill_all_processes(*args: Any, **kwargs: Any) -> None:
         try:
-            import psutil  # Ray's own dependency
+            import psutil  # type: ignore[import-untyped]  # Ray's own dependency
 
             started = [
                 info.process
