@@ -52,9 +52,9 @@ def find_dp_wrapper(strategy: "FedFlex") -> Optional[Any]:
 
     Flower's wrappers do not tell the strategy they wrap, and a user who wraps a fedflex
     strategy in one of Flower's classes (as with Flower's own strategies) may not tell it
-    either (``FedFlex.wrapper``). The strategy looks once, when its ``configure_train``
-    is called by a loop other than its own ``start``: among the objects that refer to it
-    (:func:`gc.get_referrers`), not in the caller's stack frames.
+    either (``FedFlex.wrapper``). The strategy looks when its ``configure_train`` runs
+    round 1 (of each run) from a loop other than its own ``start``: among the objects
+    that refer to it (:func:`gc.get_referrers`), not in the caller's stack frames.
     """
     for holder in gc.get_referrers(strategy):
         if isinstance(holder, SERVER_SIDE + CLIENT_SIDE) and holder.strategy is strategy:

@@ -186,10 +186,9 @@ class FedFlex(FedAvg):
         self.record: Optional[RoundRecord] = None
         self._flower_round: Optional[RoundRecord] = None  # Flower's configure -> aggregate hand-off
         self._flower_sent: list[Message] = []
-        #: the Flower wrapper (one of its DP wrappers) this strategy runs inside: tell it, or
-        #: it is looked for once when ``configure_train`` runs outside this strategy's ``start``
+        #: the Flower (DP) wrapper this strategy runs inside: tell it, or it is looked for (strategies.privacy)
         self.wrapper: Optional[Any] = None
-        self._looked, self._own_loop = False, False  # looked for a wrapper; in start / run_rounds
+        self._found, self._looked, self._own_loop = cast(Any, None), False, False  # at round 1 outside start
         self._dp_checked: Any = None  # the DP wrapper already checked (strategies.privacy)
         self._trained_rounds, self._untrained = 0, cast(list[str], [])  # under start: why rounds did not train
         if parts_factory is None:
@@ -238,8 +237,9 @@ class FedFlex(FedAvg):
         """Run steps 1-4 of :meth:`run_round`: the online set, a session's model, the sampled
         clients' train messages (the model, the parts' payloads, ``config``, the round).
         """
-        if self.wrapper is None and not self._own_loop and not self._looked:
-            self.wrapper, self._looked = find_dp_wrapper(self), True
+        if self.wrapper is None and not self._own_loop and (server_round == 1 or not self._looked):
+            self._found, self._looked = find_dp_wrapper(self), True
+        wrapper = self.wrapper if self.wrapper is not None else (None if self._own_loop else self._found)
         # the app's lr (read in every configure_train: also under a DP wrapper's loop), before the parts are built
         app_lr = config.get(FLOWER_LR) if config is not None else None
         self.engine.take_app_lr(app_lr, self._given_lr, type(self).__name__)
@@ -255,8 +255,8 @@ class FedFlex(FedAvg):
         sampled = self.engine.sample(server_round, record)
         log(INFO, "configure_train: sampled %d clients (out of %d online)", len(sampled), len(record.online))
         self._flower_sent = self.engine.train_messages(server_round, self.engine.global_record(), sampled)
-        if self.wrapper is not None:
-            self._dp_checked = under_dp(self, self.wrapper, self._flower_sent, self._dp_checked)
+        if wrapper is not None:
+            self._dp_checked = under_dp(self, wrapper, self._flower_sent, self._dp_checked)
         return self._flower_sent
 
     def aggregate_train(

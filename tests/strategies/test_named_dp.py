@@ -152,7 +152,7 @@ def test_an_untold_strategy_looks_for_its_wrapper_once(monkeypatch):
     strategy = named.HiCSFL(clients_per_round=2, fraction_evaluate=0.0, rounds=2)
     dp = DifferentialPrivacyServerSideFixedClipping(strategy, 0.0, 10.0, 2)
     _run(dp, _grid(), rounds=2)
-    assert found == [dp] and strategy.wrapper is dp
+    assert found == [dp]  # looked for at round 1 only
 
 
 def test_client_side_clipping_refuses_a_method_whose_train_messages_carry_more_than_the_model():
