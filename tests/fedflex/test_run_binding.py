@@ -233,9 +233,9 @@ def test_rounds_in_which_every_reply_was_rejected_are_not_completed():
 
 def test_a_run_whose_late_replies_are_all_rejected_says_so_and_exits_1(tmp_path, monkeypatch, capsys):
     # Prepare: from round 3 on every reply is rejected (5 replies a round, no churn)
-    import fedflex.strategies.strategy as strategy
+    import fedflex.strategies.engine as engine
 
-    real, calls = strategy.check_reply, []
+    real, calls = engine.check_reply, []
 
     def after_two_rounds(content, *args, **kwargs):
         calls.append(1)
@@ -243,7 +243,7 @@ def test_a_run_whose_late_replies_are_all_rejected_says_so_and_exits_1(tmp_path,
             return None, "float64 arrays, not float32"
         return real(content, *args, **kwargs)
 
-    monkeypatch.setattr(strategy, "check_reply", after_two_rounds)
+    monkeypatch.setattr(engine, "check_reply", after_two_rounds)
     out = tmp_path / "r"
     # Execute
     code = main(["run", str(QUICKSTART), *FAST, "churn.kind=none", "rounds=4", "--out", str(out)])
