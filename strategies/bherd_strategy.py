@@ -4,10 +4,8 @@
 
 from __future__ import annotations
 
-from logging import WARNING
+import dataclasses
 from typing import Any, Optional
-
-from flwr.common import log
 
 from fedflex.config import AggregatorConfig, LocalRuleConfig
 from fedflex.options import BHerdOptions
@@ -70,20 +68,9 @@ class BHerd(FlowerStrategy):
 
     def build_aggregator(self, federation: Federation) -> Aggregator:
         """Return BHerd's server step (divided by alpha, or by FedNova's tau_eff / k_i on ``base: fednova``)."""
-        options = self.option(BHerdOptions)
-        if options.alpha == 1.0:
-            log(
-                WARNING,
-                "bherd with bherd.alpha=1 uploads every gradient: it is %s",
-                {"fedavg": "FedAvg", "fednova": "FedNova", "scaffold": "SCAFFOLD"}[options.base],
-            )
-        return BHerdAggregator(
-            lr=federation.lr,
-            alpha=options.alpha,
-            divisor="fednova" if options.base == "fednova" else "alpha",
-            weighted=self.weighted,
-            server_lr=self.server_lr,
-        )
+        rule = LocalRuleConfig(name="bherd", bherd=self.option(BHerdOptions))
+        options = AggregatorConfig(name="bherd", weighted=self.weighted, server_lr=self.server_lr)
+        return BHerdAggregator.build(options, dataclasses.replace(federation, local_rule=rule))
 
     def build_server_rule(self, federation: Federation) -> ServerRule:
         """Return the rule's server half: it sends the options (and SCAFFOLD's variate on ``base: scaffold``)."""

@@ -4,7 +4,6 @@ optimiser (:mod:`strategies.optimizers`).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Optional, Sequence, Union
 
 from fedflex.config import AggregatorConfig
@@ -66,10 +65,11 @@ class FedAMS(FlowerStrategy):
 
     def build_aggregator(self, federation: Federation) -> Aggregator:
         """Return the FedAMS server optimiser."""
-        return FedAMSAggregator(
+        options = AggregatorConfig(
+            name="fedams",
             server_lr=self.server_lr,
             weighted=self.weighted,
-            reset_on_switch=False,
-            **dataclasses.asdict(self.option(AdaptiveOptions)),
-            **dataclasses.asdict(self.option(FedAMSOptions)),
+            adaptive=self.option(AdaptiveOptions),
+            fedams=self.option(FedAMSOptions),
         )
+        return FedAMSAggregator.build(options, federation)

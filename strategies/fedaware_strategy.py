@@ -82,13 +82,10 @@ class FedAWARE(FlowerStrategy):
 
     def build_aggregator(self, federation: Federation) -> Aggregator:
         """Return the FedAWARE aggregator."""
-        return FedAwareAggregator(
-            federation.num_clients,
-            self.option(AwareOptions),
-            server_lr=self.server_lr,
-            weighted=self.weighted,
-            reset_on_switch=False,
+        options = AggregatorConfig(
+            name="fedaware", server_lr=self.server_lr, weighted=self.weighted, aware=self.option(AwareOptions)
         )
+        return FedAwareAggregator.build(options, federation)
 
 
 #: Flower's server optimisers (their names in :mod:`flwr.serverapp.strategy`) -> fedflex's aggregator
