@@ -66,6 +66,7 @@ from fedflex import keys
 from fedflex.clients.rule_io import RuleInput, RuleOutput
 from fedflex.clients.scaffold import scaffold_finish, scaffold_variates
 from fedflex.clients.train import StepTerms, TrainResult, batch_order, make_optimizer
+from fedflex.lazy_dynamo import step as optimizer_step
 from fedflex.losses import get_loss
 
 logger = logging.getLogger(__name__)
@@ -376,7 +377,7 @@ def train_recording(
             StepTerms(correction=correction).add_to_gradients(named)
         with torch.no_grad():
             on_gradient(step, flat_gradient(params, s.weight_decay if s.optimizer == "sgd" else 0.0))
-        optimizer.step()
+        optimizer_step(optimizer)
         steps += 1
     return TrainResult(num_examples=len(indices), num_steps=steps, train_loss=total / steps if steps else math.nan)
 

@@ -26,6 +26,8 @@ from torch import nn
 
 from fedflex.config import ClientConfig, ModelConfig
 from fedflex.data import ArrayDataset
+from fedflex.lazy_dynamo import defer_dynamo_import
+from fedflex.lazy_dynamo import step as optimizer_step
 from fedflex.losses import get_loss
 
 logger = logging.getLogger(__name__)
@@ -153,7 +155,10 @@ class TrainResult:
 
 
 def make_optimizer(params, settings: TrainSettings) -> torch.optim.Optimizer:
-    """SGD (with momentum / weight decay) or Adam, from the settings."""
+    """SGD (with momentum / weight decay) or Adam, from the settings (stepped with
+    :func:`fedflex.lazy_dynamo.step`: no ``torch._dynamo`` import, about 1 s a process).
+    """
+    defer_dynamo_import()
     if settings.optimizer == "sgd":
         return torch.optim.SGD(params, lr=settings.lr, momentum=settings.momentum, weight_decay=settings.weight_decay)
     if settings.optimizer == "adam":
@@ -282,7 +287,7 @@ def local_train(
             with torch.no_grad():
                 for name, p in params:
                     cast(torch.Tensor, p.grad).add_(terms.correction[name])
-        optimizer.step()
+        optimizer_step(optimizer)
         steps += 1
     if settings.keep_optimizer_state:
         save_optimizer_state(optimizer, params, state)
