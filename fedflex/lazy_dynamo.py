@@ -36,6 +36,9 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Optional
 
+import torch
+from torch.optim import optimizer as optim_module
+
 _CACHE = "__dynamo_disable"  # the attribute torch._compile._disable_dynamo's wrapper caches in
 _done = False
 
@@ -63,7 +66,6 @@ def defer_dynamo_import() -> int:
         return 0
     _done = True
     try:
-        import torch
         from torch._compile import _disable_dynamo
     except ImportError:
         return 0
@@ -94,10 +96,9 @@ def _raw_step(cls: type) -> Optional[Callable[..., Any]]:
         return _raw_steps[cls]
     raw = None
     try:
-        from torch.optim import Optimizer
         from torch.optim.optimizer import _use_grad_for_differentiable
 
-        hooks_code = Optimizer.profile_hook_step(lambda *a: None).__code__
+        hooks_code = torch.optim.Optimizer.profile_hook_step(lambda *a: None).__code__
         grad_code = _use_grad_for_differentiable(lambda *a: None).__code__
         outer = getattr(cls, "step", None)
         inner = getattr(outer, "__wrapped__", None)
@@ -116,9 +117,6 @@ def step(optimizer: Any) -> None:
     (see the module docstring; a hook, a differentiable optimiser, a loaded
     ``torch._dynamo`` or another wrapping: ``optimizer.step()`` itself).
     """
-    import torch
-    from torch.optim import optimizer as optim_module
-
     raw = _raw_step(type(optimizer))
     if (
         raw is None
